@@ -1,0 +1,189 @@
+"""Building one cell: a private copy of the tree, a stable build environment, the
+cache (or seat wrapper) in front of every compiler, a PEP 517 frontend, and the facts
+a build record needs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from wheelkiln import run, ui
+from wheelkiln.build.environment import BuildEnvironment, ensure_environment, read_build_system
+from wheelkiln.build.source import copy_tree, fetch_source, source_digest
+from wheelkiln.build.toolchain import Launch, find_nvcc, toolchain_environment
+from wheelkiln.build.wheel import WheelFacts, inspect_wheel
+from wheelkiln.cache.backend import CacheBackend, CacheConfig, CacheStats, TUOutcome
+from wheelkiln.cache.registry import make_backend
+from wheelkiln.matrix.cells import Cell
+from wheelkiln.paths import default_cache_dir, default_workdir, envs_dir, sources_dir
+from wheelkiln.recipe.load import LoadedRecipe
+
+DEFAULT_SOURCE_DATE_EPOCH = 1700000000
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    """How one cell is built. Paths default to places under ``$KILN_HOME``."""
+
+    cache: str = "ccache"
+    cache_dir: Path | None = None
+    namespace: str | None = None
+    recache: bool = False
+    remote: str | None = None
+    workdir: Path | None = None
+    job_suffix: str = ""
+    jobs: int | None = None
+    source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
+    seat_wrapper: bool = False
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    prepare_tree: Callable[[Path], None] | None = None
+    quiet: bool = False
+
+
+@dataclass
+class BuildOutcome:
+    """What happened. ``exit_code`` is not raised here: shard gates decide what it means."""
+
+    cell: Cell
+    job_dir: Path
+    tree: Path
+    log_path: Path
+    exit_code: int
+    wall_seconds: float
+    cpu_seconds: float
+    peak_rss_bytes: int
+    cache_name: str
+    stats: CacheStats | None
+    tu_outcomes: list[TUOutcome]
+    wheel: WheelFacts | None
+    source_digest: str
+    environment: BuildEnvironment
+    versions: dict[str, str]
+    log_text: str
+
+
+def tool_versions(cache: CacheBackend | None) -> dict[str, str]:
+    import wheelkiln
+
+    versions = {"wheelkiln": wheelkiln.__version__}
+    try:
+        versions["gcc"] = run.run(["gcc", "-dumpfullversion"]).output.strip()
+    except Exception:  # noqa: BLE001 - a missing tool is recorded as absent
+        versions["gcc"] = "absent"
+    nvcc = find_nvcc()
+    if nvcc is not None:
+        lines = run.run([nvcc, "--version"], check=False).output.strip().splitlines()
+        versions["nvcc"] = lines[-1] if lines else "unknown"
+    if shutil.which("cmake"):
+        versions["cmake"] = run.run(["cmake", "--version"]).output.split("\n")[0].split()[-1]
+    if cache is not None:
+        versions[cache.name] = cache.version()
+    return versions
+
+
+def job_directory(workdir: Path, cell: Cell, suffix: str) -> Path:
+    return workdir / (cell.id + (f"-{suffix}" if suffix else ""))
+
+
+def make_cache(loaded: LoadedRecipe, options: BuildOptions, workdir: Path, job_dir: Path) -> CacheBackend | None:
+    name = options.cache
+    return make_backend(
+        name,
+        CacheConfig(
+            cache_dir=options.cache_dir or default_cache_dir(name),
+            base_dir=workdir,
+            namespace=options.namespace or loaded.recipe.cache.namespace,
+            recache=options.recache,
+            remote=options.remote or loaded.recipe.cache.remote,
+            stats_log=job_dir / "cache-stats.log",
+        ),
+    )
+
+
+def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> BuildOutcome:
+    recipe = loaded.recipe
+    workdir = (options.workdir or default_workdir()).resolve()
+    job_dir = job_directory(workdir, cell, options.job_suffix)
+    tree = job_dir / "src"
+    with ui.step(f"Preparing {cell.id}{' ' + options.job_suffix if options.job_suffix else ''}", quiet=options.quiet):
+        pristine = fetch_source(loaded, sources_dir())
+        shutil.rmtree(job_dir, ignore_errors=True)
+        job_dir.mkdir(parents=True)
+        copy_tree(pristine, tree)
+        if options.prepare_tree is not None:
+            options.prepare_tree(tree)
+        digest = source_digest(tree)
+        system = read_build_system(tree)
+        extra_requires = list(recipe.build.requires)
+        if recipe.build.frontend == "build":
+            extra_requires.append("build")
+        environment = ensure_environment(
+            tree, cell.python, extra_requires, envs_dir(),
+            config_settings=recipe.build.config_settings,
+        )
+    cache = make_cache(loaded, options, workdir, job_dir)
+    launch = Launch(cache.executable() if cache else None, seat_wrapper=options.seat_wrapper)
+    env = dict(os.environ)
+    for name in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV"):
+        env.pop(name, None)
+    env.update(recipe.build.env)
+    jobs = options.jobs or recipe.build.jobs or os.cpu_count() or 1
+    env.update(
+        {
+            "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
+            "MAX_JOBS": env.get("MAX_JOBS", str(jobs)),
+            "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
+            "SKBUILD_BUILD_DIR": str(job_dir / "build"),
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        }
+    )
+    if cell.arch_list and "TORCH_CUDA_ARCH_LIST" not in env:
+        env["TORCH_CUDA_ARCH_LIST"] = ";".join(cell.arch_list)
+    if cache is not None:
+        env.update(cache.environment())
+    tool_env = toolchain_environment(
+        launch, system.kind, job_dir / "kiln-bin", cuda_home_nvcc=recipe.build.cuda_home_nvcc
+    )
+    prepend = tool_env.pop("KILN_PATH_PREPEND", None)
+    env.update(tool_env)
+    env.update(options.extra_env)
+    env["PATH"] = os.pathsep.join(
+        [p for p in (prepend, str(environment.bin_dir), env.get("PATH", "")) if p]
+    )
+    dist = job_dir / "dist"
+    dist.mkdir()
+    settings = [f"--config-settings={k}={v}" for k, v in recipe.build.config_settings.items()]
+    if recipe.build.frontend == "pip":
+        argv = [str(environment.python), "-m", "pip", "wheel", "-v", "--no-build-isolation",
+                "--no-deps", "-w", str(dist), *settings, str(tree)]
+    else:
+        settings = [s.replace("--config-settings=", "--config-setting=") for s in settings]
+        argv = [str(environment.python), "-m", "build", "--wheel", "--no-isolation",
+                "--outdir", str(dist), *settings, str(tree)]
+    if cache is not None:
+        cache.start()
+        cache.zero_stats()
+    versions = tool_versions(cache)
+    log_path = job_dir / "build.log"
+    try:
+        with ui.step(f"Building {cell.id}{' ' + options.job_suffix if options.job_suffix else ''}", quiet=options.quiet) as shown:
+            started = time.perf_counter()
+            done = run.run_logged(argv, log_path=log_path, cwd=tree, env=env, on_line=shown.line)
+            wall = time.perf_counter() - started
+        stats = cache.stats() if cache is not None else None
+        outcomes = cache.tu_outcomes() if cache is not None else []
+    finally:
+        if cache is not None:
+            cache.stop()
+    wheels = sorted(dist.glob("*.whl"))
+    facts = inspect_wheel(wheels[0]) if done.returncode == 0 and wheels else None
+    return BuildOutcome(
+        cell=cell, job_dir=job_dir, tree=tree, log_path=log_path, exit_code=done.returncode,
+        wall_seconds=wall, cpu_seconds=done.cpu_seconds, peak_rss_bytes=done.peak_rss_bytes,
+        cache_name=options.cache, stats=stats, tu_outcomes=outcomes, wheel=facts,
+        source_digest=digest, environment=environment, versions=versions, log_text=done.output,
+    )

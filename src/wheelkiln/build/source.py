@@ -1,0 +1,133 @@
+"""Fetching a recipe's source: a local tree, a pinned PyPI sdist, or a git revision."""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import shutil
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+from wheelkiln import run
+from wheelkiln.errors import SourceError
+from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.recipe.model import PYPI_SPEC
+
+IGNORED = ("build", "dist", "*.egg-info", ".git", "__pycache__", "_skbuild", ".eggs")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _extract(archive: Path, into: Path) -> Path:
+    staging = into.with_name(into.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as zipped:
+            for member in zipped.namelist():
+                if member.startswith("/") or ".." in Path(member).parts:
+                    raise SourceError(f"{archive}: unsafe member {member!r}.", hint="Do not use it.")
+            zipped.extractall(staging)
+    else:
+        with tarfile.open(archive) as tar:
+            tar.extractall(staging, filter="data")
+    tops = list(staging.iterdir())
+    top = tops[0] if len(tops) == 1 and tops[0].is_dir() else staging
+    shutil.rmtree(into, ignore_errors=True)
+    top.rename(into)
+    shutil.rmtree(staging, ignore_errors=True)
+    return into
+
+
+def _fetch_pypi(spec: str, sha256: str, store: Path) -> Path:
+    match = PYPI_SPEC.match(spec)
+    assert match is not None
+    name, version = match["name"], match["version"]
+    tree = store / f"{name}-{version}-{sha256[:12]}"
+    if (tree / ".kiln-source").exists():
+        return tree
+    downloads = store / "sdists"
+    downloads.mkdir(parents=True, exist_ok=True)
+    existing = [p for p in downloads.iterdir() if p.is_file() and sha256_file(p) == sha256]
+    if not existing:
+        run.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+             "--disable-pip-version-check", "-d", str(downloads), spec],
+            what=f"Downloading the sdist {spec}",
+        )
+        normalized = name.lower().replace("-", "_").replace(".", "_")
+        existing = [
+            p for p in downloads.iterdir()
+            if p.is_file() and p.name.lower().replace("-", "_").startswith(f"{normalized}_{version}")
+            or p.name.lower().startswith(f"{name.lower()}-{version}")
+        ]
+        if not existing:
+            raise SourceError(f"pip downloaded no sdist for {spec}.", hint="Check the name.")
+        actual = sha256_file(existing[0])
+        if actual != sha256:
+            raise SourceError(
+                f"{existing[0].name}: sha256 is {actual}, the recipe pins {sha256}.",
+                hint="The upload changed or the pin is wrong. Check the digest on PyPI "
+                "before updating source.sha256.",
+            )
+    _extract(existing[0], tree)
+    (tree / ".kiln-source").write_text(spec + "\n")
+    return tree
+
+
+def _fetch_git(url: str, rev: str, store: Path) -> Path:
+    tree = store / f"git-{hashlib.sha256(f'{url}@{rev}'.encode()).hexdigest()[:16]}"
+    if (tree / ".kiln-source").exists():
+        return tree
+    shutil.rmtree(tree, ignore_errors=True)
+    run.run(["git", "clone", "--quiet", url, str(tree)], what=f"Cloning {url}")
+    run.run(["git", "-C", str(tree), "checkout", "--quiet", rev], what=f"Checking out {rev}")
+    (tree / ".kiln-source").write_text(f"{url}@{rev}\n")
+    return tree
+
+
+def fetch_source(loaded: LoadedRecipe, store: Path) -> Path:
+    """The pristine source tree of a recipe (fetched and cached where remote)."""
+    source = loaded.recipe.source
+    if source.path is not None:
+        tree = loaded.resolve(source.path)
+        if not tree.is_dir():
+            raise SourceError(
+                f"{loaded.path}: source.path {tree} is not a directory.",
+                hint="Point source.path at the package, relative to the recipe file.",
+            )
+    elif source.pypi is not None:
+        assert source.sha256 is not None
+        tree = _fetch_pypi(source.pypi, source.sha256, store)
+    else:
+        assert source.git is not None and source.rev is not None
+        tree = _fetch_git(source.git, source.rev, store)
+    if source.subdir:
+        tree = tree / source.subdir
+    return tree
+
+
+def copy_tree(pristine: Path, destination: Path) -> None:
+    """A private copy of the source, without build leftovers; mtimes are kept."""
+    shutil.rmtree(destination, ignore_errors=True)
+    shutil.copytree(pristine, destination, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
+
+
+def source_digest(tree: Path) -> str:
+    """A digest over every file's relative path and content."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+        rel = path.relative_to(tree)
+        if any(fnmatch.fnmatch(part, pattern) for part in rel.parts for pattern in IGNORED):
+            continue
+        digest.update(rel.as_posix().encode() + b"\0")
+        digest.update(sha256_file(path).encode())
+    return digest.hexdigest()

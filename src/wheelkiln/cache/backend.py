@@ -1,0 +1,114 @@
+"""The compiler-cache backend protocol and what every backend reports.
+
+A backend gives the environment a build needs, zeroes and reads its counters as
+numbers, and says which TUs missed where it can. ccache is the default backend
+(:mod:`wheelkiln.cache.ccache`), sccache the second (:mod:`wheelkiln.cache.sccache`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sysconfig
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from wheelkiln.errors import ToolNotFoundError
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """What a build asks of its cache."""
+
+    cache_dir: Path
+    """The cache's private local directory."""
+    base_dir: Path
+    """The workspace: absolute paths below it are hashed as relative paths."""
+    namespace: str | None = None
+    """A namespace (ccache) or key prefix (sccache) isolating entries."""
+    recache: bool = False
+    """Compile every TU and overwrite its entry (a truly cold build)."""
+    remote: str | None = None
+    """Remote storage URL passed through to the backend."""
+    stats_log: Path | None = None
+    """Where the backend writes per-TU counter lines, where it can."""
+
+
+@dataclass(frozen=True)
+class CacheStats:
+    """Counters of one build, as numbers. ``total`` counts cacheable compiles only."""
+
+    hits: int
+    misses: int
+    uncacheable: int = 0
+    errors: int = 0
+    raw: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def total(self) -> int:
+        return self.hits + self.misses
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "hits": self.hits,
+            "misses": self.misses,
+            "total": self.total,
+            "uncacheable": self.uncacheable,
+            "errors": self.errors,
+        }
+
+
+@dataclass(frozen=True)
+class TUOutcome:
+    """One compile's cache result: the source as the compiler saw it, hit or miss."""
+
+    source: str
+    hit: bool
+
+
+class CacheBackend(Protocol):
+    """What the build, shard and link jobs need from a compiler cache."""
+
+    name: str
+    config: CacheConfig
+
+    def executable(self) -> str:
+        """The cache's executable, used as the compiler launcher."""
+        ...
+
+    def environment(self) -> dict[str, str]:
+        """Variables to set for every compile of the build."""
+        ...
+
+    def start(self) -> None:
+        """Bring up anything the cache needs (a server), with ``environment()``."""
+        ...
+
+    def stop(self) -> None:
+        """Shut down what ``start`` brought up."""
+        ...
+
+    def zero_stats(self) -> None: ...
+
+    def stats(self) -> CacheStats: ...
+
+    def tu_outcomes(self) -> list[TUOutcome]:
+        """Per-TU results since the stats log was cleared, where the backend can say."""
+        ...
+
+    def version(self) -> str: ...
+
+
+def find_tool(name: str, extra_hint: str) -> str:
+    """Find a cache executable: first beside this interpreter (pip-installed), then PATH."""
+    scripts = Path(sysconfig.get_path("scripts"))
+    beside = scripts / name
+    if os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        raise ToolNotFoundError(
+            f"'{name}' was not found beside {scripts} or on PATH.", hint=extra_hint
+        )
+    return found

@@ -1,0 +1,42 @@
+"""Where wheelkiln keeps things: one home for caches, environments and work trees."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def kiln_home() -> Path:
+    """``$KILN_HOME``, else ``$XDG_CACHE_HOME/wheelkiln``, else ``~/.cache/wheelkiln``."""
+    if home := os.environ.get("KILN_HOME"):
+        return Path(home).resolve()
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return (Path(cache) / "wheelkiln").resolve()
+
+
+def state_home() -> Path:
+    """``$KILN_STATE_HOME``, else ``$XDG_STATE_HOME/wheelkiln`` (results, locks)."""
+    if home := os.environ.get("KILN_STATE_HOME"):
+        return Path(home).resolve()
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return (Path(state) / "wheelkiln").resolve()
+
+
+def envs_dir() -> Path:
+    return kiln_home() / "envs"
+
+
+def default_cache_dir(backend: str) -> Path:
+    return kiln_home() / backend
+
+
+def default_workdir() -> Path:
+    return kiln_home() / "work"
+
+
+def sources_dir() -> Path:
+    return kiln_home() / "sources"
+
+
+def wheel_cache_dir() -> Path:
+    return kiln_home() / "wheels"
