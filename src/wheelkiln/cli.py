@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from wheelkiln import ui
-from wheelkiln.errors import BuildError, KilnError
+from wheelkiln.errors import BuildError, GateError, KilnError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -144,7 +144,7 @@ def build(
         cache=cache_name or loaded.recipe.cache.backend, cache_dir=cache_dir,
         namespace=namespace, recache=recache, workdir=workdir, jobs=jobs,
     )
-    if shards is not None and shards > 1:
+    if shards is not None:
         from wheelkiln.executors.local import run_sharded
 
         report = run_sharded(loaded, chosen, options, shards, out_dir=out_dir)
@@ -176,6 +176,118 @@ def build(
     missed = record["cache"]["missed_tus"]
     if missed and record["cache"].get("hits", 0):
         ui.info(f"{len(missed)} TU(s) missed the cache: " + ", ".join(missed[:10]))
+
+
+def _common_options(cache_name: str | None, loaded: Any, workdir: Path | None, jobs: int | None,
+                    namespace: str | None, cache_dir: Path | None = None) -> Any:
+    from wheelkiln.build.cell import BuildOptions
+
+    return BuildOptions(cache=cache_name or loaded.recipe.cache.backend, workdir=workdir,
+                        jobs=jobs, namespace=namespace, cache_dir=cache_dir)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("recipe_ref", metavar="RECIPE")
+@click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
+@click.option("--index", "index", type=click.IntRange(0), required=True, help="This shard's 0-based index.")
+@click.option("--count", "count", type=click.IntRange(1, 256), help="N, the number of shards (default: the recipe's).")
+@click.option("--filter", "mechanism", type=click.Choice(["seat", "source"]), help="Partition mechanism (default: the recipe's).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("shards"), show_default=True,
+              help="Where the shard's cache archive and record go.")
+@click.option("--cache", "cache_name", type=click.Choice(["ccache", "sccache"]), help="Compiler cache.")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Where the job tree is built.")
+@click.option("--jobs", "-j", type=click.IntRange(1), help="Parallel compile jobs.")
+@click.option("--namespace", help="Cache namespace.")
+@click.option("--json", "as_json", is_flag=True, help="Print the shard record as JSON on stdout.")
+def shard(recipe_ref: str, cell: str | None, index: int, count: int | None, mechanism: str | None,
+          out_dir: Path, cache_name: str | None, workdir: Path | None, jobs: int | None,
+          namespace: str | None, as_json: bool) -> None:
+    """Compile shard INDEX of COUNT of one cell and pack its compiler cache.
+
+    Only this shard's slice of the TUs is compiled; the rest get empty objects. The
+    build is expected to fail at its link step: the shard gate accepts that only with
+    real objects, an unresolved-symbol line and no compiler diagnostic.
+    """
+    from wheelkiln.matrix.cells import select_cell
+    from wheelkiln.recipe.load import find_recipe
+    from wheelkiln.shard.job import run_shard
+    from wheelkiln.shard.partition import shard_label
+
+    loaded = find_recipe(recipe_ref)
+    chosen = select_cell(loaded.recipe, cell)
+    total = count or loaded.recipe.sharding.count
+    options = _common_options(cache_name, loaded, workdir, jobs, namespace)
+    result = run_shard(loaded, chosen, index, total, out_dir, options, mechanism=mechanism)
+    if as_json:
+        emit_json(result.record)
+    label = shard_label(index, total)
+    actions = result.gate.actions
+    rows = [
+        ("cell", chosen.id), ("shard", f"{label} ({result.mechanism})"),
+        ("TUs", f"{actions.get('compile', 0)} compiled, {actions.get('stub', 0)} stubbed, "
+                f"{actions.get('probe', 0)} probes, {actions.get('link-unresolved', 0)} tolerated link failures"),
+        ("build exit", str(result.outcome.exit_code)),
+        ("cache stores", str(result.record["cache"].get("misses", 0))),
+        ("wall", f"{result.outcome.wall_seconds:.1f} s"),
+        ("archive", str(result.archive) if result.archive else "none"),
+    ]
+    ui.console.print(_summary_table("kiln shard", rows))
+    if not result.gate.passed:
+        raise GateError(
+            f"{label} of {chosen.id} failed its gate:\n- " + "\n- ".join(result.gate.reasons),
+            hint=f"Build log: {result.outcome.log_path}",
+        )
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("recipe_ref", metavar="RECIPE")
+@click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
+@click.option("--shards", "shards_dir", type=click.Path(path_type=Path), required=True,
+              help="Directory holding the shard archives (searched recursively).")
+@click.option("--count", "count", type=click.IntRange(1, 256), help="N, when archives may be missing (default: from the archives).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("dist"), show_default=True,
+              help="Where the wheel and the link record go.")
+@click.option("--cache", "cache_name", type=click.Choice(["ccache", "sccache"]), help="Compiler cache.")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Where the job tree is built.")
+@click.option("--jobs", "-j", type=click.IntRange(1), help="Parallel compile jobs.")
+@click.option("--namespace", help="Cache namespace.")
+@click.option("--json", "as_json", is_flag=True, help="Print the link record as JSON on stdout.")
+def link(recipe_ref: str, cell: str | None, shards_dir: Path, count: int | None, out_dir: Path,
+         cache_name: str | None, workdir: Path | None, jobs: int | None, namespace: str | None,
+         as_json: bool) -> None:
+    """Restore every shard's cache, run the full build, and gate on zero misses.
+
+    The gate is a count: misses == 0 and total > 0. Missing or mismatched shards are
+    named; the build still runs and its wheel is kept.
+    """
+    from wheelkiln.matrix.cells import select_cell
+    from wheelkiln.recipe.load import find_recipe
+    from wheelkiln.shard.link import run_link
+
+    loaded = find_recipe(recipe_ref)
+    chosen = select_cell(loaded.recipe, cell)
+    options = _common_options(cache_name, loaded, workdir, jobs, namespace)
+    result = run_link(loaded, chosen, shards_dir, out_dir, options, expected_count=count)
+    if as_json:
+        emit_json(result.record)
+    gate = result.gate
+    wheel = result.record.get("wheel")
+    rows = [
+        ("cell", chosen.id),
+        ("cache", f"{gate.hits} hits, {gate.misses} misses, total {gate.total}"),
+        ("wall", f"{result.outcome.wall_seconds:.1f} s"),
+        ("wheel", wheel["path"] if wheel else "none"),
+        ("record", str(result.record_path)),
+    ]
+    ui.console.print(_summary_table("kiln link", rows))
+    for missed in gate.missed:
+        shard_text = f"shard {missed['shard'] + 1}" if missed["shard"] is not None else "no shard"
+        ui.info(f"  missed {missed['tu']} ({shard_text}): {missed['difference']}")
+    if not gate.passed:
+        raise GateError(
+            f"The link gate of {chosen.id} failed:\n- " + "\n- ".join(gate.problems),
+            hint="The wheel was kept. Re-run the named shards, or look at the missed TUs above.",
+        )
 
 
 def main() -> None:

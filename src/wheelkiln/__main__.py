@@ -1,0 +1,3 @@
+from wheelkiln.cli import main
+
+main()

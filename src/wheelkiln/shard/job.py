@@ -1,0 +1,155 @@
+"""The shard job: build one cell with only this shard's slice of the TUs compiled, gate
+the result, and pack the shard's compiler cache for the link job."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wheelkiln import run
+from wheelkiln.build.cell import BuildOptions, BuildOutcome, build_cell, job_directory, make_cache, tool_versions
+from wheelkiln.build.record import build_record
+from wheelkiln.cache.archive import pack
+from wheelkiln.errors import UsageError
+from wheelkiln.matrix.cells import Cell
+from wheelkiln.paths import default_workdir
+from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.shard.gate import ShardGateResult, find_objects, read_wrapper_log, shard_gate
+from wheelkiln.shard.partition import load_partition_map, shard_label
+from wheelkiln.shard.source_filter import apply_source_partition
+
+MANIFEST_SCHEMA = 1
+
+
+def archive_name(cell: Cell, index: int, count: int) -> str:
+    return f"{cell.id}-shard-{index}-of-{count}.tar.gz"
+
+
+def toolchain_fingerprint(loaded: LoadedRecipe, cell: Cell, versions: dict[str, str]) -> dict[str, Any]:
+    """What must be equal between shards and their link job for cache entries to match."""
+    return {
+        "compilers": {k: v for k, v in sorted(versions.items()) if k in ("gcc", "nvcc")},
+        "cache": {k: v for k, v in versions.items() if k in ("ccache", "sccache")},
+        "arch_list": list(cell.arch_list),
+        "build_env": dict(sorted(loaded.recipe.build.env.items())),
+    }
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    index: int
+    count: int
+    mechanism: str
+    outcome: BuildOutcome
+    gate: ShardGateResult
+    archive: Path | None
+    record: dict[str, Any]
+
+
+def run_shard(
+    loaded: LoadedRecipe,
+    cell: Cell,
+    index: int,
+    count: int,
+    out_dir: Path,
+    options: BuildOptions,
+    *,
+    mechanism: str | None = None,
+) -> ShardResult:
+    """Build shard ``index`` of ``count`` (0-based) and pack its cache when it passes."""
+    recipe = loaded.recipe
+    if not 0 <= index < count:
+        raise UsageError(
+            f"--index {index} is outside 0..{count - 1} for --count {count}.",
+            hint="Shard indexes are 0-based: the first of 4 shards is --index 0.",
+        )
+    mechanism = mechanism or recipe.sharding.filter
+    if mechanism == "source" and not recipe.sharding.source_globs:
+        raise UsageError(
+            f"{loaded.path}: the source partition needs sharding.source_globs.",
+            hint="Add globs naming the generated sources, or use --filter seat.",
+        )
+    workdir = (options.workdir or default_workdir()).resolve()
+    suffix = f"shard-{index}-of-{count}"
+    job_dir = job_directory(workdir, cell, suffix)
+    tree = job_dir / "src"
+    wrapper_log = job_dir / "wrapper.jsonl"
+    stub = job_dir / "empty.o"
+    cache_dir = (options.cache_dir or job_dir.with_name(job_dir.name + ".cache")).resolve()
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    partition_map = (
+        load_partition_map(loaded.resolve(recipe.sharding.partition_map))
+        if recipe.sharding.partition_map
+        else None
+    )
+
+    def prepare(tree_path: Path) -> None:
+        run.run(["cc", "-c", "-x", "c", "/dev/null", "-o", str(stub)], what="Making the stub object")
+        if mechanism == "source":
+            apply_source_partition(tree_path, recipe.sharding.source_globs, index, count, partition_map)
+
+    # A throwaway backend for the cache executable's path; build_cell makes its own.
+    probe_cache = make_cache(loaded, BuildOptions(cache=options.cache, cache_dir=cache_dir), workdir, job_dir)
+    extra_env = {
+        "KILN_PACKAGE_ROOT": str(tree),
+        "KILN_SHARD_LOG": str(wrapper_log),
+        "KILN_CACHE": probe_cache.executable() if probe_cache is not None else "",
+        "KILN_STUB_OBJECT": str(stub),
+    }
+    if mechanism == "seat":
+        # The seat partition acts only here; with 'source' the wrapper is a logging
+        # pass-through, so the two partitions can never both act.
+        extra_env["KILN_SHARD_INDEX"] = str(index)
+        extra_env["KILN_SHARD_COUNT"] = str(count)
+        if recipe.sharding.partition_map:
+            extra_env["KILN_PARTITION_MAP"] = str(loaded.resolve(recipe.sharding.partition_map))
+    shard_options = BuildOptions(
+        cache=options.cache, cache_dir=cache_dir, namespace=options.namespace,
+        remote=None, workdir=workdir, job_suffix=suffix, jobs=options.jobs,
+        source_date_epoch=options.source_date_epoch, seat_wrapper=True,
+        extra_env={**options.extra_env, **extra_env}, prepare_tree=prepare, quiet=options.quiet,
+    )
+    outcome = build_cell(loaded, cell, shard_options)
+    records = read_wrapper_log(wrapper_log)
+    objects = find_objects([job_dir / "build", tree])
+    gate = shard_gate(outcome.exit_code, outcome.log_text, objects, records)
+    fingerprint = toolchain_fingerprint(loaded, cell, outcome.versions)
+    stats = outcome.stats.as_dict() if outcome.stats is not None else {}
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "recipe": recipe.name,
+        "cell": cell.id,
+        "index": index,
+        "count": count,
+        "label": shard_label(index, count),
+        "mechanism": mechanism,
+        "toolchain": fingerprint,
+        "stats": stats,
+        "tus": sorted({str(r["tu"]) for r in records if r.get("action") == "compile" and r.get("tu")}),
+        "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "gate": {"passed": gate.passed, "reasons": list(gate.reasons)},
+    }
+    archive = None
+    if gate.passed:
+        archive = pack(cache_dir, manifest, out_dir / archive_name(cell, index, count),
+                       extras={"wrapper.jsonl": wrapper_log})
+    record = build_record(
+        outcome, kind="shard",
+        extra={"shard": {"index": index, "count": count, "mechanism": mechanism,
+                         "gate": manifest["gate"], "actions": gate.actions,
+                         "archive": str(archive) if archive else None}},
+    )
+    # A shard's wheel (if its link happened to succeed) is never a deliverable.
+    record["wheel"] = None
+    record["extensions"] = {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{cell.id}-{suffix}.shard.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return ShardResult(index, count, mechanism, outcome, gate, archive, record)
+
+
+def versions_for(loaded: LoadedRecipe, options: BuildOptions, workdir: Path, job_dir: Path) -> dict[str, str]:
+    return tool_versions(make_cache(loaded, options, workdir, job_dir))

@@ -1,0 +1,176 @@
+"""The link job: restore every shard's cache, re-run the full build, and prove that
+the handoff happened.
+
+The gate is a count, not a ratio: **zero misses and total > 0**. One miss can be a
+470-second TU; a 94% hit rate once hid four shards built for the wrong architecture.
+Total 0 means the cache was never consulted, i.e. nothing was handed over. A missing
+or mismatched shard still lets the build run (missing entries recompile, slowly but
+correctly) and still fails the gate, naming the shard. The wheel is kept either way.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wheelkiln.build.cell import BuildOptions, BuildOutcome, build_cell, job_directory
+from wheelkiln.build.record import build_record, publish
+from wheelkiln.cache.archive import read_manifest, unpack
+from wheelkiln.errors import UsageError
+from wheelkiln.matrix.cells import Cell
+from wheelkiln.paths import default_workdir
+from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.shard.gate import read_wrapper_log
+from wheelkiln.shard.job import toolchain_fingerprint, versions_for
+from wheelkiln.shard.partition import shard_label, tu_key
+
+ARCHIVE = re.compile(r"^(?P<cell>.+)-shard-(?P<index>\d+)-of-(?P<count>\d+)\.tar\.gz$")
+CCACHE_LOG_LINE = re.compile(r"^\[[^\]]*? (?P<pid>\d+)\s*\] (?P<key>Command line|Source file|Working directory): (?P<value>.*)$")
+
+
+@dataclass
+class LinkGateResult:
+    passed: bool
+    hits: int
+    misses: int
+    total: int
+    problems: list[str] = field(default_factory=list)
+    missed: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class LinkResult:
+    outcome: BuildOutcome
+    gate: LinkGateResult
+    record: dict[str, Any]
+    record_path: Path
+
+
+def _shard_archives(shards_dir: Path, cell: Cell) -> dict[int, tuple[int, Path]]:
+    found: dict[int, tuple[int, Path]] = {}
+    for path in sorted(shards_dir.rglob("*.tar.gz")):
+        match = ARCHIVE.match(path.name)
+        if match and match["cell"] == cell.id:
+            found[int(match["index"])] = (int(match["count"]), path)
+    return found
+
+
+def _ccache_commands(log_path: Path) -> dict[str, tuple[list[str], str]]:
+    """Per source file, the command line ccache saw (from CCACHE_LOGFILE)."""
+    by_pid: dict[str, dict[str, str]] = defaultdict(dict)
+    if log_path.exists():
+        for line in log_path.read_text(errors="replace").splitlines():
+            match = CCACHE_LOG_LINE.match(line)
+            if match:
+                by_pid[match["pid"]].setdefault(match["key"], match["value"])
+    commands: dict[str, tuple[list[str], str]] = {}
+    for fields in by_pid.values():
+        if "Source file" in fields and "Command line" in fields:
+            commands[fields["Source file"]] = (shlex.split(fields["Command line"]), fields.get("Working directory", ""))
+    return commands
+
+
+def _difference(shard_argv: list[str], link_argv: list[str]) -> str:
+    only_shard = [a for a in shard_argv[1:] if a not in link_argv]
+    only_link = [a for a in link_argv[1:] if a not in shard_argv]
+    if not only_shard and not only_link:
+        return "same arguments (the difference is in an input file or the environment)"
+    return f"only in the shard: {shlex.join(only_shard) or '-'}; only in the link job: {shlex.join(only_link) or '-'}"
+
+
+def run_link(
+    loaded: LoadedRecipe, cell: Cell, shards_dir: Path, out_dir: Path, options: BuildOptions,
+    *, expected_count: int | None = None,
+) -> LinkResult:
+    workdir = (options.workdir or default_workdir()).resolve()
+    job_dir = job_directory(workdir, cell, "link")
+    cache_dir = (options.cache_dir or job_dir.with_name(job_dir.name + ".cache")).resolve()
+    shutil.rmtree(cache_dir, ignore_errors=True)
+    cache_dir.mkdir(parents=True)
+    if not shards_dir.is_dir():
+        raise UsageError(f"--shards {shards_dir} is not a directory.", hint="Point it at the shard archives.")
+    archives = _shard_archives(shards_dir, cell)
+    counts = {count for count, _ in archives.values()}
+    count = expected_count or (max(counts) if counts else loaded.recipe.sharding.count)
+    problems: list[str] = []
+    if len(counts) > 1:
+        problems.append(f"shard archives disagree on N: {sorted(counts)}")
+    own = toolchain_fingerprint(loaded, cell, versions_for(loaded, options, workdir, job_dir))
+    extras = job_dir.with_name(job_dir.name + ".shards")
+    shutil.rmtree(extras, ignore_errors=True)
+    merged: list[int] = []
+    for index in range(count):
+        label = shard_label(index, count)
+        if index not in archives:
+            problems.append(f"{label} is missing: no {cell.id}-shard-{index}-of-{count}.tar.gz in {shards_dir}")
+            continue
+        manifest = read_manifest(archives[index][1])
+        if manifest.get("cell") != cell.id:
+            problems.append(f"{label} belongs to cell {manifest.get('cell')!r}, not {cell.id!r}; not merged")
+            continue
+        theirs = manifest.get("toolchain", {})
+        differing = sorted(k for k in own if theirs.get(k) != own[k])
+        if differing:
+            details = "; ".join(f"{k}: shard has {theirs.get(k)!r}, link job has {own[k]!r}" for k in differing)
+            problems.append(f"{label} was built with a different toolchain ({details}); not merged")
+            continue
+        unpack(archives[index][1], cache_dir, extras / str(index))
+        merged.append(index)
+    ccache_log = job_dir.with_name(job_dir.name + ".ccache.log")
+    ccache_log.unlink(missing_ok=True)
+    link_options = BuildOptions(
+        cache=options.cache, cache_dir=cache_dir, namespace=options.namespace,
+        workdir=workdir, job_suffix="link", jobs=options.jobs,
+        source_date_epoch=options.source_date_epoch,
+        extra_env={**options.extra_env, "CCACHE_LOGFILE": str(ccache_log)}, quiet=options.quiet,
+    )
+    outcome = build_cell(loaded, cell, link_options)  # zeroes the merged shards' stats first
+    stats = outcome.stats
+    hits, misses = (stats.hits, stats.misses) if stats is not None else (0, 0)
+    total = hits + misses
+    if outcome.exit_code != 0:
+        problems.append(f"the full build failed (exit {outcome.exit_code}); see {outcome.log_path}")
+    if misses:
+        problems.append(f"{misses} cache miss(es): the shards did not hand over every TU")
+    if total == 0:
+        problems.append("total 0: the cache was never consulted, so no handoff happened")
+    missed = _explain_misses(outcome, extras, merged, ccache_log)
+    gate = LinkGateResult(not problems, hits, misses, total, problems, missed)
+    record = build_record(outcome, kind="link", extra={"link": {
+        "shards_expected": count, "shards_merged": merged, "gate": {
+            "passed": gate.passed, "problems": problems, "missed": missed}}})
+    record_path = publish(outcome, record, out_dir)
+    return LinkResult(outcome, gate, record, record_path)
+
+
+def _explain_misses(outcome: BuildOutcome, extras: Path, merged: list[int], ccache_log: Path) -> list[dict[str, Any]]:
+    missed_sources = sorted({o.source for o in outcome.tu_outcomes if not o.hit})
+    if not missed_sources:
+        return []
+    commands = _ccache_commands(ccache_log)
+    shard_compiles: dict[str, tuple[int, list[str]]] = {}
+    for index in merged:
+        for record in read_wrapper_log(extras / str(index) / "wrapper.jsonl"):
+            if record.get("action") == "compile" and record.get("tu"):
+                shard_compiles[str(record["tu"])] = (index, [str(a) for a in record.get("argv", [])])
+    explained: list[dict[str, Any]] = []
+    for source in missed_sources:
+        entry: dict[str, Any] = {"tu": source}
+        link_cmd = commands.get(source)
+        key = tu_key(source, outcome.tree, link_cmd[1] if link_cmd and link_cmd[1] else str(outcome.tree))
+        entry["tu"] = key
+        if key in shard_compiles:
+            index, argv = shard_compiles[key]
+            entry["shard"] = index
+            entry["difference"] = _difference(argv, link_cmd[0]) if link_cmd else "the link job's command line was not logged"
+        else:
+            entry["shard"] = None
+            entry["difference"] = "no shard compiled this TU"
+        explained.append(entry)
+    return explained
+

@@ -1,0 +1,108 @@
+"""Shared fixtures: an isolated kiln home, the kiln CLI as a subprocess, example copies."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+RECIPES = ROOT / "recipes"
+
+
+@pytest.fixture(scope="session")
+def kiln_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One KILN_HOME per test session: build environments are made once and reused.
+
+    Caches and work trees are per test (``--cache-dir``, ``--workdir``).
+    """
+    home = Path(os.environ.get("KILN_TEST_HOME") or tmp_path_factory.mktemp("kiln-home"))
+    yield home
+
+
+class Kiln:
+    """Runs ``kiln`` as a user would, in a subprocess, with an isolated home."""
+
+    def __init__(self, home: Path, state: Path) -> None:
+        self.env = {**os.environ, "KILN_HOME": str(home), "KILN_STATE_HOME": str(state)}
+        self.env.pop("KILN_VERBOSE", None)
+
+    def __call__(self, *args: str | Path, check: bool = True, env: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "wheelkiln", *map(str, args)]
+        result = subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(env or {})},
+                                cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"kiln {' '.join(map(str, args))} exited {result.returncode}\n"
+                f"--- stdout\n{result.stdout[-3000:]}\n--- stderr\n{result.stderr[-6000:]}"
+            )
+        return result
+
+    def json(self, *args: str | Path, **kwargs: Any) -> dict[str, Any]:
+        result = self(*args, "--json", **kwargs)
+        data: dict[str, Any] = json.loads(result.stdout)
+        return data
+
+
+@pytest.fixture
+def kiln(kiln_home: Path, tmp_path: Path) -> Kiln:
+    return Kiln(kiln_home, tmp_path / "state")
+
+
+def copy_example(name: str, destination: Path) -> Path:
+    target = destination / name
+    shutil.copytree(EXAMPLES / name, target, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"))
+    return target
+
+
+def recipe_for(tree: Path, recipe_name: str, destination: Path, **replace: str) -> Path:
+    """A copy of a bundled recipe whose source.path points at ``tree``."""
+    text = (RECIPES / f"{recipe_name}.toml").read_text()
+    lines = []
+    for line in text.splitlines():
+        if line.strip().startswith("path =") and "examples" in line:
+            line = f'path = "{tree}"'
+        lines.append(line)
+    text = "\n".join(lines) + "\n"
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    path = destination / f"{recipe_name}.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def installed(tmp_path: Path) -> Callable[[str | Path, str], str]:
+    """Install a wheel into a private directory and run Python code against it."""
+
+    def run_with(wheel: str | Path, code: str) -> str:
+        target = tmp_path / f"site-{Path(wheel).stem}"
+        shutil.rmtree(target, ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                        "--disable-pip-version-check", "--target", str(target), str(wheel)], check=True)
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                env={**os.environ, "PYTHONPATH": str(target)}, cwd=tmp_path, check=False)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+    return run_with
+
+
+def expected_checksum(tree: Path) -> int:
+    """The answer the example's extension must give, computed from its sources."""
+    spec = importlib.util.spec_from_file_location(f"expected_{tree.name}", tree / "tools" / "expected.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    value: int = module.expected_checksum(tree)
+    return value

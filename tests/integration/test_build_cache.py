@@ -1,0 +1,178 @@
+"""kiln build with a real compiler cache: wheels that work, all-hit rebuilds, cache
+sharing across directories, no stale objects, and compiler changes that miss."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Kiln, copy_example, expected_checksum, recipe_for
+
+pytestmark = pytest.mark.compile
+
+
+def build(kiln: Kiln, recipe: Path, tmp_path: Path, *extra: str, workdir: str = "work") -> dict:
+    return kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / workdir,
+                     "--cache-dir", tmp_path / "ccache", *extra)
+
+
+def test_demo_cpp_wheel_works_and_rebuild_is_all_hits(kiln: Kiln, tmp_path: Path, installed) -> None:
+    tree = copy_example("demo-cpp", tmp_path)
+    recipe = recipe_for(tree, "demo-cpp", tmp_path)
+    cold = build(kiln, recipe, tmp_path)
+    assert cold["cache"]["misses"] == cold["cache"]["total"] >= 17
+    assert cold["cache"]["hits"] == 0
+    answer = installed(cold["wheel"]["path"], "import demo_cpp; print(demo_cpp.checksum())")
+    assert int(answer) == expected_checksum(tree)
+    # pybind11's headers come from the build requirement: the stable build environment
+    # keeps their path, so the second build is all hits.
+    hot = build(kiln, recipe, tmp_path)
+    assert hot["cache"]["hits"] == cold["cache"]["total"]
+    assert hot["cache"]["misses"] == 0
+    assert hot["build_env"] == cold["build_env"]
+    assert hot["extensions"] == cold["extensions"] and len(hot["extensions"]) >= 2
+
+
+def test_two_absolute_directories_share_entries(kiln: Kiln, tmp_path: Path) -> None:
+    first = copy_example("demo-cpp", tmp_path / "a")
+    second = copy_example("demo-cpp", tmp_path / "b" / "deeper")
+    cold = build(kiln, recipe_for(first, "demo-cpp", tmp_path / "a"), tmp_path, workdir="w1")
+    hot = build(kiln, recipe_for(second, "demo-cpp", tmp_path / "b"), tmp_path, workdir="elsewhere/w2")
+    assert cold["cache"]["misses"] > 0
+    assert hot["cache"]["misses"] == 0
+    assert hot["cache"]["hits"] == cold["cache"]["total"]
+
+
+def _host_only_constant_edit(tree: Path, suffix: str) -> Path:
+    """Change one number inside a host-only (#ifndef __CUDA_ARCH__) block of one TU."""
+    for path in sorted((tree / "csrc" / "generated").rglob(f"*{suffix}")):
+        text = path.read_text()
+        match = re.search(r"#ifndef __CUDA_ARCH__\n(.*?)#endif", text, re.S)
+        if match and re.search(r"HOST_SALT\s+\S+", match.group(1)):
+            block = match.group(1)
+            edited = re.sub(r"(HOST_SALT\s+)(0x[0-9a-fA-F]+|\d+)", lambda m: m.group(1) + str(int(m.group(2), 0) + 1), block, count=1)
+            path.write_text(text.replace(block, edited))
+            return path
+    raise AssertionError(f"no TU with a host-only HOST_SALT block under {tree}")
+
+
+@pytest.mark.cuda
+def test_cmake_nvcc_host_only_edit_is_not_a_stale_hit(kiln: Kiln, tmp_path: Path, installed) -> None:
+    tree = copy_example("demo-kernels", tmp_path)
+    recipe = recipe_for(tree, "demo-kernels", tmp_path)
+    cold = build(kiln, recipe, tmp_path)
+    code = "import demo_kernels; print(demo_kernels.checksum())"
+    assert int(installed(cold["wheel"]["path"], code)) == expected_checksum(tree)
+    edited = _host_only_constant_edit(tree, ".cu")
+    after = build(kiln, recipe, tmp_path)
+    assert after["cache"]["misses"] == 1, after["cache"]
+    assert any(edited.name in tu for tu in after["cache"]["missed_tus"])
+    new_answer = int(installed(after["wheel"]["path"], code))
+    assert new_answer == expected_checksum(tree)
+    assert new_answer != int(installed(cold["wheel"]["path"], code))
+
+
+SETUPTOOLS_NVCC = {
+    "pyproject.toml": """
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+[project]
+name = "nvccpkg"
+version = "0.1"
+""",
+    "setup.py": '''
+import os, shutil, subprocess
+from setuptools import setup, Extension
+from setuptools.command.build_ext import build_ext
+
+class BuildWithNvcc(build_ext):
+    """Compiles .cu sources with `nvcc` from PATH, as many CUDA setup.py files do:
+    no depfile is asked for."""
+    def build_extension(self, ext):
+        cu = [s for s in ext.sources if s.endswith(".cu")]
+        ext.sources = [s for s in ext.sources if not s.endswith(".cu")]
+        objects = []
+        for source in cu:
+            out = os.path.join(self.build_temp, os.path.splitext(source)[0] + ".o")
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            subprocess.check_call([os.environ.get("NVCC", "nvcc"), "-c", source, "-o", out,
+                                   "-arch=sm_80", "-Xcompiler", "-fPIC", "-O2"])
+            objects.append(out)
+        ext.extra_objects = objects
+        ext.libraries = ["cudart"]
+        cuda = os.path.dirname(os.path.dirname(os.path.realpath(shutil.which("nvcc"))))
+        ext.library_dirs = [os.path.join(cuda, "lib64")]
+        ext.runtime_library_dirs = [os.path.join(cuda, "lib64")]
+        super().build_extension(ext)
+
+setup(ext_modules=[Extension("nvccpkg", ["host.c", "k.cu"])], cmdclass={"build_ext": BuildWithNvcc})
+''',
+    "k.cu": """
+__global__ void kernel(int *out) { *out = 7; }
+#ifndef __CUDA_ARCH__
+#define HOST_SALT 111
+#endif
+extern "C" long host_value(void) {
+    void (*k)(int *) = kernel;
+    return HOST_SALT + (k != 0);
+}
+""",
+    "host.c": """
+#include <Python.h>
+long host_value(void);
+static PyObject *value(PyObject *self, PyObject *args) { return PyLong_FromLong(host_value()); }
+static PyMethodDef methods[] = {{"value", value, METH_NOARGS, ""}, {0}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "nvccpkg", 0, -1, methods};
+PyMODINIT_FUNC PyInit_nvccpkg(void) { return PyModule_Create(&module); }
+""",
+}
+
+
+@pytest.mark.cuda
+def test_setuptools_nvcc_host_only_edit_is_not_a_stale_hit(kiln: Kiln, tmp_path: Path, installed) -> None:
+    tree = tmp_path / "nvccpkg"
+    tree.mkdir()
+    for name, text in SETUPTOOLS_NVCC.items():
+        (tree / name).write_text(text)
+    recipe = tmp_path / "nvccpkg.toml"
+    recipe.write_text(f'name = "nvccpkg"\n[source]\npath = "{tree}"\n')
+    cold = build(kiln, recipe, tmp_path)
+    code = "import nvccpkg; print(nvccpkg.value())"
+    assert installed(cold["wheel"]["path"], code) == "112"
+    hot = build(kiln, recipe, tmp_path)
+    assert hot["cache"]["misses"] == 0 and hot["cache"]["hits"] == cold["cache"]["total"] >= 2
+    (tree / "k.cu").write_text(SETUPTOOLS_NVCC["k.cu"].replace("111", "222"))
+    edited = build(kiln, recipe, tmp_path)
+    assert edited["cache"]["misses"] == 1
+    assert any(tu.endswith("k.cu") for tu in edited["cache"]["missed_tus"])
+    assert installed(edited["wheel"]["path"], code) == "223"
+
+
+def test_changed_compiler_version_misses(kiln: Kiln, tmp_path: Path) -> None:
+    """A compiler whose --version output changes (same path, same mtime) must miss."""
+    version_file = tmp_path / "version.txt"
+    version_file.write_text("shimcc 1.0\n")
+    (tmp_path / "bin").mkdir()
+    for name in ("gcc", "g++"):
+        shim = tmp_path / "bin" / name
+        shim.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then cat {version_file}; exit 0; fi\n'
+                        f'exec {shutil.which(name)} "$@"\n')
+        shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    tree = copy_example("demo-cpp", tmp_path)
+    recipe = recipe_for(tree, "demo-cpp", tmp_path)
+    env = {"KILN_HOST_CC": str(tmp_path / "bin" / "gcc"), "KILN_HOST_CXX": str(tmp_path / "bin" / "g++")}
+    first = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w",
+                      "--cache-dir", tmp_path / "ccache", env=env)
+    same = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w",
+                     "--cache-dir", tmp_path / "ccache", env=env)
+    assert same["cache"]["misses"] == 0 and same["cache"]["hits"] == first["cache"]["total"]
+    version_file.write_text("shimcc 2.0\n")
+    changed = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w",
+                        "--cache-dir", tmp_path / "ccache", env=env)
+    assert changed["cache"]["hits"] == 0
+    assert changed["cache"]["misses"] == first["cache"]["total"]
