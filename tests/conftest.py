@@ -36,11 +36,22 @@ class Kiln:
         self.env = {**os.environ, "KILN_HOME": str(home), "KILN_STATE_HOME": str(state)}
         self.env.pop("KILN_VERBOSE", None)
 
-    def __call__(self, *args: str | Path, check: bool = True, env: dict[str, str] | None = None,
-                 cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    def __call__(
+        self,
+        *args: str | Path,
+        check: bool = True,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
         argv = [sys.executable, "-m", "wheelkiln", *map(str, args)]
-        result = subprocess.run(argv, capture_output=True, text=True, env={**self.env, **(env or {})},
-                                cwd=cwd or ROOT, stdin=subprocess.DEVNULL)
+        result = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env={**self.env, **(env or {})},
+            cwd=cwd or ROOT,
+            stdin=subprocess.DEVNULL,
+        )
         if check and result.returncode != 0:
             raise AssertionError(
                 f"kiln {' '.join(map(str, args))} exited {result.returncode}\n"
@@ -61,7 +72,11 @@ def kiln(kiln_home: Path, tmp_path: Path) -> Kiln:
 
 def copy_example(name: str, destination: Path) -> Path:
     target = destination / name
-    shutil.copytree(EXAMPLES / name, target, ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"))
+    shutil.copytree(
+        EXAMPLES / name,
+        target,
+        ignore=shutil.ignore_patterns("build", "dist", "*.egg-info", "__pycache__"),
+    )
     return target
 
 
@@ -88,10 +103,29 @@ def installed(tmp_path: Path) -> Callable[[str | Path, str], str]:
     def run_with(wheel: str | Path, code: str) -> str:
         target = tmp_path / f"site-{Path(wheel).stem}"
         shutil.rmtree(target, ignore_errors=True)
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                        "--disable-pip-version-check", "--target", str(target), str(wheel)], check=True)
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                env={**os.environ, "PYTHONPATH": str(target)}, cwd=tmp_path, check=False)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "--target",
+                str(target),
+                str(wheel),
+            ],
+            check=True,
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(target)},
+            cwd=tmp_path,
+            check=False,
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()
 
@@ -100,7 +134,9 @@ def installed(tmp_path: Path) -> Callable[[str | Path, str], str]:
 
 def expected_checksum(tree: Path) -> int:
     """The answer the example's extension must give, computed from its sources."""
-    spec = importlib.util.spec_from_file_location(f"expected_{tree.name}", tree / "tools" / "expected.py")
+    spec = importlib.util.spec_from_file_location(
+        f"expected_{tree.name}", tree / "tools" / "expected.py"
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

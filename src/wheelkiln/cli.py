@@ -65,7 +65,9 @@ def recipe_check(files: tuple[Path, ...], as_json: bool) -> None:
     else:
         for result in results:
             if result["ok"]:
-                ui.info(f"[green]ok[/green]   {result['file']}: {result['name']}, {result['cells']} cell(s)")
+                ui.info(
+                    f"[green]ok[/green]   {result['file']}: {result['name']}, {result['cells']} cell(s)"
+                )
     if failures:
         if len(failures) == 1:
             raise failures[0]
@@ -109,23 +111,56 @@ def _cache_line(record: dict[str, Any]) -> str:
 @click.argument("recipe_ref", metavar="RECIPE")
 @click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
 @click.option(
-    "--cache", "cache_name", type=click.Choice(["ccache", "sccache", "none"]),
+    "--cache",
+    "cache_name",
+    type=click.Choice(["ccache", "sccache", "none"]),
     help="Compiler cache (default: the recipe's, normally ccache).",
 )
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("dist"),
-              show_default=True, help="Where the wheel and its build record go.")
-@click.option("--shards", type=click.IntRange(1, 256), help="Shard the compile N ways locally, then link.")
-@click.option("--workdir", type=click.Path(path_type=Path), help="Where job trees are built (default: $KILN_HOME/work).")
-@click.option("--cache-dir", type=click.Path(path_type=Path), help="The local cache directory (default: $KILN_HOME/<cache>).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("dist"),
+    show_default=True,
+    help="Where the wheel and its build record go.",
+)
+@click.option(
+    "--shards", type=click.IntRange(1, 256), help="Shard the compile N ways locally, then link."
+)
+@click.option(
+    "--workdir",
+    type=click.Path(path_type=Path),
+    help="Where job trees are built (default: $KILN_HOME/work).",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(path_type=Path),
+    help="The local cache directory (default: $KILN_HOME/<cache>).",
+)
 @click.option("--jobs", "-j", type=click.IntRange(1), help="Parallel compile jobs.")
-@click.option("--recache", is_flag=True, help="Compile everything and overwrite cache entries (cold).")
+@click.option(
+    "--recache", is_flag=True, help="Compile everything and overwrite cache entries (cold)."
+)
 @click.option("--namespace", help="Cache namespace / key prefix isolating this build's entries.")
-@click.option("--smoke", is_flag=True, help="Install the wheel in a scratch venv and run the recipe's smoke test.")
+@click.option(
+    "--smoke",
+    is_flag=True,
+    help="Install the wheel in a scratch venv and run the recipe's smoke test.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the build record as JSON on stdout.")
 def build(
-    recipe_ref: str, cell: str | None, cache_name: str | None, out_dir: Path, shards: int | None,
-    workdir: Path | None, cache_dir: Path | None, jobs: int | None, recache: bool,
-    namespace: str | None, smoke: bool, as_json: bool,
+    recipe_ref: str,
+    cell: str | None,
+    cache_name: str | None,
+    out_dir: Path,
+    shards: int | None,
+    workdir: Path | None,
+    cache_dir: Path | None,
+    jobs: int | None,
+    recache: bool,
+    namespace: str | None,
+    smoke: bool,
+    as_json: bool,
 ) -> None:
     """Build one cell of RECIPE (a path, or a name under recipes/) into a wheel.
 
@@ -141,8 +176,12 @@ def build(
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
     options = BuildOptions(
-        cache=cache_name or loaded.recipe.cache.backend, cache_dir=cache_dir,
-        namespace=namespace, recache=recache, workdir=workdir, jobs=jobs,
+        cache=cache_name or loaded.recipe.cache.backend,
+        cache_dir=cache_dir,
+        namespace=namespace,
+        recache=recache,
+        workdir=workdir,
+        jobs=jobs,
     )
     if shards is not None:
         from wheelkiln.executors.local import run_sharded
@@ -178,30 +217,71 @@ def build(
         ui.info(f"{len(missed)} TU(s) missed the cache: " + ", ".join(missed[:10]))
 
 
-def _common_options(cache_name: str | None, loaded: Any, workdir: Path | None, jobs: int | None,
-                    namespace: str | None, cache_dir: Path | None = None) -> Any:
+def _common_options(
+    cache_name: str | None,
+    loaded: Any,
+    workdir: Path | None,
+    jobs: int | None,
+    namespace: str | None,
+    cache_dir: Path | None = None,
+) -> Any:
     from wheelkiln.build.cell import BuildOptions
 
-    return BuildOptions(cache=cache_name or loaded.recipe.cache.backend, workdir=workdir,
-                        jobs=jobs, namespace=namespace, cache_dir=cache_dir)
+    return BuildOptions(
+        cache=cache_name or loaded.recipe.cache.backend,
+        workdir=workdir,
+        jobs=jobs,
+        namespace=namespace,
+        cache_dir=cache_dir,
+    )
 
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("recipe_ref", metavar="RECIPE")
 @click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
-@click.option("--index", "index", type=click.IntRange(0), required=True, help="This shard's 0-based index.")
-@click.option("--count", "count", type=click.IntRange(1, 256), help="N, the number of shards (default: the recipe's).")
-@click.option("--filter", "mechanism", type=click.Choice(["seat", "source"]), help="Partition mechanism (default: the recipe's).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("shards"), show_default=True,
-              help="Where the shard's cache archive and record go.")
-@click.option("--cache", "cache_name", type=click.Choice(["ccache", "sccache"]), help="Compiler cache.")
+@click.option(
+    "--index", "index", type=click.IntRange(0), required=True, help="This shard's 0-based index."
+)
+@click.option(
+    "--count",
+    "count",
+    type=click.IntRange(1, 256),
+    help="N, the number of shards (default: the recipe's).",
+)
+@click.option(
+    "--filter",
+    "mechanism",
+    type=click.Choice(["seat", "source"]),
+    help="Partition mechanism (default: the recipe's).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("shards"),
+    show_default=True,
+    help="Where the shard's cache archive and record go.",
+)
+@click.option(
+    "--cache", "cache_name", type=click.Choice(["ccache", "sccache"]), help="Compiler cache."
+)
 @click.option("--workdir", type=click.Path(path_type=Path), help="Where the job tree is built.")
 @click.option("--jobs", "-j", type=click.IntRange(1), help="Parallel compile jobs.")
 @click.option("--namespace", help="Cache namespace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the shard record as JSON on stdout.")
-def shard(recipe_ref: str, cell: str | None, index: int, count: int | None, mechanism: str | None,
-          out_dir: Path, cache_name: str | None, workdir: Path | None, jobs: int | None,
-          namespace: str | None, as_json: bool) -> None:
+def shard(
+    recipe_ref: str,
+    cell: str | None,
+    index: int,
+    count: int | None,
+    mechanism: str | None,
+    out_dir: Path,
+    cache_name: str | None,
+    workdir: Path | None,
+    jobs: int | None,
+    namespace: str | None,
+    as_json: bool,
+) -> None:
     """Compile shard INDEX of COUNT of one cell and pack its compiler cache.
 
     Only this shard's slice of the TUs is compiled; the rest get empty objects. The
@@ -223,9 +303,13 @@ def shard(recipe_ref: str, cell: str | None, index: int, count: int | None, mech
     label = shard_label(index, total)
     actions = result.gate.actions
     rows = [
-        ("cell", chosen.id), ("shard", f"{label} ({result.mechanism})"),
-        ("TUs", f"{actions.get('compile', 0)} compiled, {actions.get('stub', 0)} stubbed, "
-                f"{actions.get('probe', 0)} probes, {actions.get('link-unresolved', 0)} tolerated link failures"),
+        ("cell", chosen.id),
+        ("shard", f"{label} ({result.mechanism})"),
+        (
+            "TUs",
+            f"{actions.get('compile', 0)} compiled, {actions.get('stub', 0)} stubbed, "
+            f"{actions.get('probe', 0)} probes, {actions.get('link-unresolved', 0)} tolerated link failures",
+        ),
         ("build exit", str(result.outcome.exit_code)),
         ("cache stores", str(result.record["cache"].get("misses", 0))),
         ("wall", f"{result.outcome.wall_seconds:.1f} s"),
@@ -242,19 +326,46 @@ def shard(recipe_ref: str, cell: str | None, index: int, count: int | None, mech
 @cli.command(context_settings=CONTEXT)
 @click.argument("recipe_ref", metavar="RECIPE")
 @click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
-@click.option("--shards", "shards_dir", type=click.Path(path_type=Path), required=True,
-              help="Directory holding the shard archives (searched recursively).")
-@click.option("--count", "count", type=click.IntRange(1, 256), help="N, when archives may be missing (default: from the archives).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=Path("dist"), show_default=True,
-              help="Where the wheel and the link record go.")
-@click.option("--cache", "cache_name", type=click.Choice(["ccache", "sccache"]), help="Compiler cache.")
+@click.option(
+    "--shards",
+    "shards_dir",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Directory holding the shard archives (searched recursively).",
+)
+@click.option(
+    "--count",
+    "count",
+    type=click.IntRange(1, 256),
+    help="N, when archives may be missing (default: from the archives).",
+)
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    default=Path("dist"),
+    show_default=True,
+    help="Where the wheel and the link record go.",
+)
+@click.option(
+    "--cache", "cache_name", type=click.Choice(["ccache", "sccache"]), help="Compiler cache."
+)
 @click.option("--workdir", type=click.Path(path_type=Path), help="Where the job tree is built.")
 @click.option("--jobs", "-j", type=click.IntRange(1), help="Parallel compile jobs.")
 @click.option("--namespace", help="Cache namespace.")
 @click.option("--json", "as_json", is_flag=True, help="Print the link record as JSON on stdout.")
-def link(recipe_ref: str, cell: str | None, shards_dir: Path, count: int | None, out_dir: Path,
-         cache_name: str | None, workdir: Path | None, jobs: int | None, namespace: str | None,
-         as_json: bool) -> None:
+def link(
+    recipe_ref: str,
+    cell: str | None,
+    shards_dir: Path,
+    count: int | None,
+    out_dir: Path,
+    cache_name: str | None,
+    workdir: Path | None,
+    jobs: int | None,
+    namespace: str | None,
+    as_json: bool,
+) -> None:
     """Restore every shard's cache, run the full build, and gate on zero misses.
 
     The gate is a count: misses == 0 and total > 0. Missing or mismatched shards are
@@ -290,6 +401,16 @@ def link(recipe_ref: str, cell: str | None, shards_dir: Path, count: int | None,
         )
 
 
+def _register() -> None:
+    from wheelkiln.matrix.commands import ci_group, matrix_command
+
+    cli.add_command(matrix_command)
+    cli.add_command(ci_group)
+
+
+_register()
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
@@ -307,7 +428,7 @@ def main() -> None:
     except KeyboardInterrupt:
         ui.console.print("[red]interrupted[/red]")
         sys.exit(130)
-    except Exception:  # noqa: BLE001 - a bug: say so briefly, details on request
+    except Exception:
         ui.console.print("[red]internal error[/red] (a wheelkiln bug; please report it):")
         ui.console.print(traceback.format_exc(), markup=False)
         sys.exit(70)

@@ -16,11 +16,22 @@ pytestmark = pytest.mark.compile
 
 
 def build(kiln: Kiln, recipe: Path, tmp_path: Path, *extra: str, workdir: str = "work") -> dict:
-    return kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / workdir,
-                     "--cache-dir", tmp_path / "ccache", *extra)
+    return kiln.json(
+        "build",
+        recipe,
+        "--out",
+        tmp_path / "out",
+        "--workdir",
+        tmp_path / workdir,
+        "--cache-dir",
+        tmp_path / "ccache",
+        *extra,
+    )
 
 
-def test_demo_cpp_wheel_works_and_rebuild_is_all_hits(kiln: Kiln, tmp_path: Path, installed) -> None:
+def test_demo_cpp_wheel_works_and_rebuild_is_all_hits(
+    kiln: Kiln, tmp_path: Path, installed
+) -> None:
     tree = copy_example("demo-cpp", tmp_path)
     recipe = recipe_for(tree, "demo-cpp", tmp_path)
     cold = build(kiln, recipe, tmp_path)
@@ -41,7 +52,9 @@ def test_two_absolute_directories_share_entries(kiln: Kiln, tmp_path: Path) -> N
     first = copy_example("demo-cpp", tmp_path / "a")
     second = copy_example("demo-cpp", tmp_path / "b" / "deeper")
     cold = build(kiln, recipe_for(first, "demo-cpp", tmp_path / "a"), tmp_path, workdir="w1")
-    hot = build(kiln, recipe_for(second, "demo-cpp", tmp_path / "b"), tmp_path, workdir="elsewhere/w2")
+    hot = build(
+        kiln, recipe_for(second, "demo-cpp", tmp_path / "b"), tmp_path, workdir="elsewhere/w2"
+    )
     assert cold["cache"]["misses"] > 0
     assert hot["cache"]["misses"] == 0
     assert hot["cache"]["hits"] == cold["cache"]["total"]
@@ -54,14 +67,21 @@ def _host_only_constant_edit(tree: Path, suffix: str) -> Path:
         match = re.search(r"#ifndef __CUDA_ARCH__\n(.*?)#endif", text, re.S)
         if match and re.search(r"HOST_SALT\s+\S+", match.group(1)):
             block = match.group(1)
-            edited = re.sub(r"(HOST_SALT\s+)(0x[0-9a-fA-F]+|\d+)", lambda m: m.group(1) + str(int(m.group(2), 0) + 1), block, count=1)
+            edited = re.sub(
+                r"(HOST_SALT\s+)(0x[0-9a-fA-F]+|\d+)",
+                lambda m: m.group(1) + str(int(m.group(2), 0) + 1),
+                block,
+                count=1,
+            )
             path.write_text(text.replace(block, edited))
             return path
     raise AssertionError(f"no TU with a host-only HOST_SALT block under {tree}")
 
 
 @pytest.mark.cuda
-def test_cmake_nvcc_host_only_edit_is_not_a_stale_hit(kiln: Kiln, tmp_path: Path, installed) -> None:
+def test_cmake_nvcc_host_only_edit_is_not_a_stale_hit(
+    kiln: Kiln, tmp_path: Path, installed
+) -> None:
     tree = copy_example("demo-kernels", tmp_path)
     recipe = recipe_for(tree, "demo-kernels", tmp_path)
     cold = build(kiln, recipe, tmp_path)
@@ -135,7 +155,9 @@ PyMODINIT_FUNC PyInit_nvccpkg(void) { return PyModule_Create(&module); }
 
 
 @pytest.mark.cuda
-def test_setuptools_nvcc_host_only_edit_is_not_a_stale_hit(kiln: Kiln, tmp_path: Path, installed) -> None:
+def test_setuptools_nvcc_host_only_edit_is_not_a_stale_hit(
+    kiln: Kiln, tmp_path: Path, installed
+) -> None:
     tree = tmp_path / "nvccpkg"
     tree.mkdir()
     for name, text in SETUPTOOLS_NVCC.items():
@@ -161,19 +183,51 @@ def test_changed_compiler_version_misses(kiln: Kiln, tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     for name in ("gcc", "g++"):
         shim = tmp_path / "bin" / name
-        shim.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then cat {version_file}; exit 0; fi\n'
-                        f'exec {shutil.which(name)} "$@"\n')
+        shim.write_text(
+            f'#!/bin/sh\nif [ "$1" = "--version" ]; then cat {version_file}; exit 0; fi\n'
+            f'exec {shutil.which(name)} "$@"\n'
+        )
         shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
     tree = copy_example("demo-cpp", tmp_path)
     recipe = recipe_for(tree, "demo-cpp", tmp_path)
-    env = {"KILN_HOST_CC": str(tmp_path / "bin" / "gcc"), "KILN_HOST_CXX": str(tmp_path / "bin" / "g++")}
-    first = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w",
-                      "--cache-dir", tmp_path / "ccache", env=env)
-    same = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w",
-                     "--cache-dir", tmp_path / "ccache", env=env)
+    env = {
+        "KILN_HOST_CC": str(tmp_path / "bin" / "gcc"),
+        "KILN_HOST_CXX": str(tmp_path / "bin" / "g++"),
+    }
+    first = kiln.json(
+        "build",
+        recipe,
+        "--out",
+        tmp_path / "out",
+        "--workdir",
+        tmp_path / "w",
+        "--cache-dir",
+        tmp_path / "ccache",
+        env=env,
+    )
+    same = kiln.json(
+        "build",
+        recipe,
+        "--out",
+        tmp_path / "out",
+        "--workdir",
+        tmp_path / "w",
+        "--cache-dir",
+        tmp_path / "ccache",
+        env=env,
+    )
     assert same["cache"]["misses"] == 0 and same["cache"]["hits"] == first["cache"]["total"]
     version_file.write_text("shimcc 2.0\n")
-    changed = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w",
-                        "--cache-dir", tmp_path / "ccache", env=env)
+    changed = kiln.json(
+        "build",
+        recipe,
+        "--out",
+        tmp_path / "out",
+        "--workdir",
+        tmp_path / "w",
+        "--cache-dir",
+        tmp_path / "ccache",
+        env=env,
+    )
     assert changed["cache"]["hits"] == 0
     assert changed["cache"]["misses"] == first["cache"]["total"]

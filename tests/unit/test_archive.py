@@ -18,8 +18,12 @@ def test_round_trip_merges_cache_and_extras(tmp_path: Path) -> None:
     (cache / "a" / "b" / "entry").write_bytes(b"object")
     log = tmp_path / "wrapper.jsonl"
     log.write_text('{"action": "compile"}\n')
-    archive = pack(cache, {"cell": "c", "index": 0}, tmp_path / "out" / "c-shard-0-of-2.tar.gz",
-                   extras={"wrapper.jsonl": log})
+    archive = pack(
+        cache,
+        {"cell": "c", "index": 0},
+        tmp_path / "out" / "c-shard-0-of-2.tar.gz",
+        extras={"wrapper.jsonl": log},
+    )
     assert read_manifest(archive) == {"cell": "c", "index": 0}
     merged = tmp_path / "merged"
     unpack(archive, merged, tmp_path / "extras")
@@ -50,7 +54,9 @@ def _tampered(path: Path, member: tarfile.TarInfo, data: bytes = b"x") -> Path:
         ("cache/dev", tarfile.CHRTYPE, "a device or special file"),
     ],
 )
-def test_tampered_archive_is_rejected_and_writes_nothing(tmp_path: Path, name: str, kind: bytes, reason: str) -> None:
+def test_tampered_archive_is_rejected_and_writes_nothing(
+    tmp_path: Path, name: str, kind: bytes, reason: str
+) -> None:
     member = tarfile.TarInfo(name)
     member.type = kind
     if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):

@@ -92,12 +92,17 @@ def test_missing_source(tmp_path: Path) -> None:
 
 
 def test_sharding_platform_outside_matrix(tmp_path: Path) -> None:
-    message = error_of(tmp_path, GOOD.replace('platforms = ["linux-x86_64"]\n[[fam', 'platforms = ["windows-amd64"]\n[[fam'))
+    message = error_of(
+        tmp_path,
+        GOOD.replace('platforms = ["linux-x86_64"]\n[[fam', 'platforms = ["windows-amd64"]\n[[fam'),
+    )
     assert "key 'sharding.platforms': 'windows-amd64' is not in matrix.platforms" in message
 
 
 def test_both_partitions_refused(tmp_path: Path) -> None:
-    message = error_of(tmp_path, GOOD.replace("count = 4", 'count = 4\nsource_globs = ["gen/*.cu"]'))
+    message = error_of(
+        tmp_path, GOOD.replace("count = 4", 'count = 4\nsource_globs = ["gen/*.cu"]')
+    )
     assert "both partitions would act" in message
     assert "1/N²" in message
 
@@ -128,7 +133,9 @@ def test_bundled_recipes_are_valid() -> None:
 def test_cli_error_is_one_paragraph_without_traceback(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD.replace("count = 4", "cuont = 4"))
     kiln = Path(sys.executable).with_name("kiln")
-    result = subprocess.run([str(kiln), "recipe", "check", str(path)], capture_output=True, text=True)
+    result = subprocess.run(
+        [str(kiln), "recipe", "check", str(path)], capture_output=True, text=True
+    )
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert "error: " in result.stderr and "Perhaps you meant 'sharding.count'?" in result.stderr

@@ -72,7 +72,7 @@ def tool_versions(cache: CacheBackend | None) -> dict[str, str]:
     versions = {"wheelkiln": wheelkiln.__version__}
     try:
         versions["gcc"] = run.run(["gcc", "-dumpfullversion"]).output.strip()
-    except Exception:  # noqa: BLE001 - a missing tool is recorded as absent
+    except Exception:
         versions["gcc"] = "absent"
     nvcc = find_nvcc()
     if nvcc is not None:
@@ -89,7 +89,9 @@ def job_directory(workdir: Path, cell: Cell, suffix: str) -> Path:
     return workdir / (cell.id + (f"-{suffix}" if suffix else ""))
 
 
-def make_cache(loaded: LoadedRecipe, options: BuildOptions, workdir: Path, job_dir: Path) -> CacheBackend | None:
+def make_cache(
+    loaded: LoadedRecipe, options: BuildOptions, workdir: Path, job_dir: Path
+) -> CacheBackend | None:
     name = options.cache
     return make_backend(
         name,
@@ -109,7 +111,10 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     workdir = (options.workdir or default_workdir()).resolve()
     job_dir = job_directory(workdir, cell, options.job_suffix)
     tree = job_dir / "src"
-    with ui.step(f"Preparing {cell.id}{' ' + options.job_suffix if options.job_suffix else ''}", quiet=options.quiet):
+    with ui.step(
+        f"Preparing {cell.id}{' ' + options.job_suffix if options.job_suffix else ''}",
+        quiet=options.quiet,
+    ):
         pristine = fetch_source(loaded, sources_dir())
         shutil.rmtree(job_dir, ignore_errors=True)
         job_dir.mkdir(parents=True)
@@ -122,7 +127,10 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
         if recipe.build.frontend == "build":
             extra_requires.append("build")
         environment = ensure_environment(
-            tree, cell.python, extra_requires, envs_dir(),
+            tree,
+            cell.python,
+            extra_requires,
+            envs_dir(),
             config_settings=recipe.build.config_settings,
         )
     cache = make_cache(loaded, options, workdir, job_dir)
@@ -158,19 +166,42 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     dist.mkdir()
     settings = [f"--config-settings={k}={v}" for k, v in recipe.build.config_settings.items()]
     if recipe.build.frontend == "pip":
-        argv = [str(environment.python), "-m", "pip", "wheel", "-v", "--no-build-isolation",
-                "--no-deps", "-w", str(dist), *settings, str(tree)]
+        argv = [
+            str(environment.python),
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "-w",
+            str(dist),
+            *settings,
+            str(tree),
+        ]
     else:
         settings = [s.replace("--config-settings=", "--config-setting=") for s in settings]
-        argv = [str(environment.python), "-m", "build", "--wheel", "--no-isolation",
-                "--outdir", str(dist), *settings, str(tree)]
+        argv = [
+            str(environment.python),
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(dist),
+            *settings,
+            str(tree),
+        ]
     if cache is not None:
         cache.start()
         cache.zero_stats()
     versions = tool_versions(cache)
     log_path = job_dir / "build.log"
     try:
-        with ui.step(f"Building {cell.id}{' ' + options.job_suffix if options.job_suffix else ''}", quiet=options.quiet) as shown:
+        with ui.step(
+            f"Building {cell.id}{' ' + options.job_suffix if options.job_suffix else ''}",
+            quiet=options.quiet,
+        ) as shown:
             started = time.perf_counter()
             done = run.run_logged(argv, log_path=log_path, cwd=tree, env=env, on_line=shown.line)
             wall = time.perf_counter() - started
@@ -182,8 +213,20 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     wheels = sorted(dist.glob("*.whl"))
     facts = inspect_wheel(wheels[0]) if done.returncode == 0 and wheels else None
     return BuildOutcome(
-        cell=cell, job_dir=job_dir, tree=tree, log_path=log_path, exit_code=done.returncode,
-        wall_seconds=wall, cpu_seconds=done.cpu_seconds, peak_rss_bytes=done.peak_rss_bytes,
-        cache_name=options.cache, stats=stats, tu_outcomes=outcomes, wheel=facts,
-        source_digest=digest, environment=environment, versions=versions, log_text=done.output,
+        cell=cell,
+        job_dir=job_dir,
+        tree=tree,
+        log_path=log_path,
+        exit_code=done.returncode,
+        wall_seconds=wall,
+        cpu_seconds=done.cpu_seconds,
+        peak_rss_bytes=done.peak_rss_bytes,
+        cache_name=options.cache,
+        stats=stats,
+        tu_outcomes=outcomes,
+        wheel=facts,
+        source_digest=digest,
+        environment=environment,
+        versions=versions,
+        log_text=done.output,
     )

@@ -116,7 +116,10 @@ def _pip_install(python: Path, requirements: Sequence[str], env: Mapping[str, st
 
 
 def _hook_requirements(
-    env_python: Path, tree: Path, system: BuildSystem, config_settings: Mapping[str, str],
+    env_python: Path,
+    tree: Path,
+    system: BuildSystem,
+    config_settings: Mapping[str, str],
     env: Mapping[str, str],
 ) -> list[str]:
     """The backend's dynamic requirements (``get_requires_for_build_wheel``)."""

@@ -15,7 +15,9 @@ from wheelkiln.build.cell import BuildOutcome
 RECORD_SCHEMA = 1
 
 
-def build_record(outcome: BuildOutcome, *, kind: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def build_record(
+    outcome: BuildOutcome, *, kind: str, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     stats = outcome.stats
     record: dict[str, Any] = {
         "schema": RECORD_SCHEMA,

@@ -34,7 +34,9 @@ def _extract(archive: Path, into: Path) -> Path:
         with zipfile.ZipFile(archive) as zipped:
             for member in zipped.namelist():
                 if member.startswith("/") or ".." in Path(member).parts:
-                    raise SourceError(f"{archive}: unsafe member {member!r}.", hint="Do not use it.")
+                    raise SourceError(
+                        f"{archive}: unsafe member {member!r}.", hint="Do not use it."
+                    )
             zipped.extractall(staging)
     else:
         with tarfile.open(archive) as tar:
@@ -59,14 +61,29 @@ def _fetch_pypi(spec: str, sha256: str, store: Path) -> Path:
     existing = [p for p in downloads.iterdir() if p.is_file() and sha256_file(p) == sha256]
     if not existing:
         run.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-             "--disable-pip-version-check", "-d", str(downloads), spec],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--disable-pip-version-check",
+                "-d",
+                str(downloads),
+                spec,
+            ],
             what=f"Downloading the sdist {spec}",
         )
         normalized = name.lower().replace("-", "_").replace(".", "_")
         existing = [
-            p for p in downloads.iterdir()
-            if p.is_file() and p.name.lower().replace("-", "_").startswith(f"{normalized}_{version}")
+            p
+            for p in downloads.iterdir()
+            if (
+                p.is_file()
+                and p.name.lower().replace("-", "_").startswith(f"{normalized}_{version}")
+            )
             or p.name.lower().startswith(f"{name.lower()}-{version}")
         ]
         if not existing:

@@ -69,7 +69,9 @@ def toolchain_environment(
     env: dict[str, str] = {"TORCH_NO_COMPILER_WRAPPER": "1"}
     if launch.seat_wrapper:
         launcher = bin_dir / "kiln-seat"
-        _write_script(launcher, f'exec {shlex.quote(python)} -S -E {shlex.quote(str(WRAPPER_SCRIPT))} "$@"')
+        _write_script(
+            launcher, f'exec {shlex.quote(python)} -S -E {shlex.quote(str(WRAPPER_SCRIPT))} "$@"'
+        )
         front: str | None = str(launcher)
     else:
         front = launch.cache

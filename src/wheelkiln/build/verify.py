@@ -27,10 +27,23 @@ def check_built_wheel(outcome: BuildOutcome, loaded: LoadedRecipe, *, smoke: boo
     venv = outcome.job_dir / "smoke-venv"
     shutil.rmtree(venv, ignore_errors=True)
     with ui.step(f"Smoke-testing {outcome.wheel.path.name}"):
-        run.run([interpreter_for(outcome.cell.python), "-m", "venv", str(venv)], what="Creating a smoke venv")
+        run.run(
+            [interpreter_for(outcome.cell.python), "-m", "venv", str(venv)],
+            what="Creating a smoke venv",
+        )
         python = str(venv / "bin" / "python")
-        run.run([python, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check",
-                 str(outcome.wheel.path)], what="Installing the wheel")
+        run.run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "--disable-pip-version-check",
+                str(outcome.wheel.path),
+            ],
+            what="Installing the wheel",
+        )
         result = run.run([python, "-c", code], cwd=venv, check=False)
     if result.returncode != 0:
         raise BuildError(

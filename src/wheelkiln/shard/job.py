@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln import run
-from wheelkiln.build.cell import BuildOptions, BuildOutcome, build_cell, job_directory, make_cache, tool_versions
+from wheelkiln.build.cell import (
+    BuildOptions,
+    BuildOutcome,
+    build_cell,
+    job_directory,
+    make_cache,
+    tool_versions,
+)
 from wheelkiln.build.record import build_record
 from wheelkiln.cache.archive import pack
 from wheelkiln.errors import UsageError
@@ -29,7 +36,9 @@ def archive_name(cell: Cell, index: int, count: int) -> str:
     return f"{cell.id}-shard-{index}-of-{count}.tar.gz"
 
 
-def toolchain_fingerprint(loaded: LoadedRecipe, cell: Cell, versions: dict[str, str]) -> dict[str, Any]:
+def toolchain_fingerprint(
+    loaded: LoadedRecipe, cell: Cell, versions: dict[str, str]
+) -> dict[str, Any]:
     """What must be equal between shards and their link job for cache entries to match."""
     return {
         "compilers": {k: v for k, v in sorted(versions.items()) if k in ("gcc", "nvcc")},
@@ -88,12 +97,18 @@ def run_shard(
     )
 
     def prepare(tree_path: Path) -> None:
-        run.run(["cc", "-c", "-x", "c", "/dev/null", "-o", str(stub)], what="Making the stub object")
+        run.run(
+            ["cc", "-c", "-x", "c", "/dev/null", "-o", str(stub)], what="Making the stub object"
+        )
         if mechanism == "source":
-            apply_source_partition(tree_path, recipe.sharding.source_globs, index, count, partition_map)
+            apply_source_partition(
+                tree_path, recipe.sharding.source_globs, index, count, partition_map
+            )
 
     # A throwaway backend for the cache executable's path; build_cell makes its own.
-    probe_cache = make_cache(loaded, BuildOptions(cache=options.cache, cache_dir=cache_dir), workdir, job_dir)
+    probe_cache = make_cache(
+        loaded, BuildOptions(cache=options.cache, cache_dir=cache_dir), workdir, job_dir
+    )
     extra_env = {
         "KILN_PACKAGE_ROOT": str(tree),
         "KILN_SHARD_LOG": str(wrapper_log),
@@ -108,10 +123,18 @@ def run_shard(
         if recipe.sharding.partition_map:
             extra_env["KILN_PARTITION_MAP"] = str(loaded.resolve(recipe.sharding.partition_map))
     shard_options = BuildOptions(
-        cache=options.cache, cache_dir=cache_dir, namespace=options.namespace,
-        remote=None, workdir=workdir, job_suffix=suffix, jobs=options.jobs,
-        source_date_epoch=options.source_date_epoch, seat_wrapper=True,
-        extra_env={**options.extra_env, **extra_env}, prepare_tree=prepare, quiet=options.quiet,
+        cache=options.cache,
+        cache_dir=cache_dir,
+        namespace=options.namespace,
+        remote=None,
+        workdir=workdir,
+        job_suffix=suffix,
+        jobs=options.jobs,
+        source_date_epoch=options.source_date_epoch,
+        seat_wrapper=True,
+        extra_env={**options.extra_env, **extra_env},
+        prepare_tree=prepare,
+        quiet=options.quiet,
     )
     outcome = build_cell(loaded, cell, shard_options)
     records = read_wrapper_log(wrapper_log)
@@ -129,27 +152,45 @@ def run_shard(
         "mechanism": mechanism,
         "toolchain": fingerprint,
         "stats": stats,
-        "tus": sorted({str(r["tu"]) for r in records if r.get("action") == "compile" and r.get("tu")}),
+        "tus": sorted(
+            {str(r["tu"]) for r in records if r.get("action") == "compile" and r.get("tu")}
+        ),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "gate": {"passed": gate.passed, "reasons": list(gate.reasons)},
     }
     archive = None
     if gate.passed:
-        archive = pack(cache_dir, manifest, out_dir / archive_name(cell, index, count),
-                       extras={"wrapper.jsonl": wrapper_log})
+        archive = pack(
+            cache_dir,
+            manifest,
+            out_dir / archive_name(cell, index, count),
+            extras={"wrapper.jsonl": wrapper_log},
+        )
     record = build_record(
-        outcome, kind="shard",
-        extra={"shard": {"index": index, "count": count, "mechanism": mechanism,
-                         "gate": manifest["gate"], "actions": gate.actions,
-                         "archive": str(archive) if archive else None}},
+        outcome,
+        kind="shard",
+        extra={
+            "shard": {
+                "index": index,
+                "count": count,
+                "mechanism": mechanism,
+                "gate": manifest["gate"],
+                "actions": gate.actions,
+                "archive": str(archive) if archive else None,
+            }
+        },
     )
     # A shard's wheel (if its link happened to succeed) is never a deliverable.
     record["wheel"] = None
     record["extensions"] = {}
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{cell.id}-{suffix}.shard.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    (out_dir / f"{cell.id}-{suffix}.shard.json").write_text(
+        json.dumps(record, indent=2, sort_keys=True) + "\n"
+    )
     return ShardResult(index, count, mechanism, outcome, gate, archive, record)
 
 
-def versions_for(loaded: LoadedRecipe, options: BuildOptions, workdir: Path, job_dir: Path) -> dict[str, str]:
+def versions_for(
+    loaded: LoadedRecipe, options: BuildOptions, workdir: Path, job_dir: Path
+) -> dict[str, str]:
     return tool_versions(make_cache(loaded, options, workdir, job_dir))

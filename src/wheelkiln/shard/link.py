@@ -30,7 +30,9 @@ from wheelkiln.shard.job import toolchain_fingerprint, versions_for
 from wheelkiln.shard.partition import shard_label, tu_key
 
 ARCHIVE = re.compile(r"^(?P<cell>.+)-shard-(?P<index>\d+)-of-(?P<count>\d+)\.tar\.gz$")
-CCACHE_LOG_LINE = re.compile(r"^\[[^\]]*? (?P<pid>\d+)\s*\] (?P<key>Command line|Source file|Working directory): (?P<value>.*)$")
+CCACHE_LOG_LINE = re.compile(
+    r"^\[[^\]]*? (?P<pid>\d+)\s*\] (?P<key>Command line|Source file|Working directory): (?P<value>.*)$"
+)
 
 
 @dataclass
@@ -71,7 +73,10 @@ def _ccache_commands(log_path: Path) -> dict[str, tuple[list[str], str]]:
     commands: dict[str, tuple[list[str], str]] = {}
     for fields in by_pid.values():
         if "Source file" in fields and "Command line" in fields:
-            commands[fields["Source file"]] = (shlex.split(fields["Command line"]), fields.get("Working directory", ""))
+            commands[fields["Source file"]] = (
+                shlex.split(fields["Command line"]),
+                fields.get("Working directory", ""),
+            )
     return commands
 
 
@@ -84,8 +89,13 @@ def _difference(shard_argv: list[str], link_argv: list[str]) -> str:
 
 
 def run_link(
-    loaded: LoadedRecipe, cell: Cell, shards_dir: Path, out_dir: Path, options: BuildOptions,
-    *, expected_count: int | None = None,
+    loaded: LoadedRecipe,
+    cell: Cell,
+    shards_dir: Path,
+    out_dir: Path,
+    options: BuildOptions,
+    *,
+    expected_count: int | None = None,
 ) -> LinkResult:
     workdir = (options.workdir or default_workdir()).resolve()
     job_dir = job_directory(workdir, cell, "link")
@@ -93,7 +103,9 @@ def run_link(
     shutil.rmtree(cache_dir, ignore_errors=True)
     cache_dir.mkdir(parents=True)
     if not shards_dir.is_dir():
-        raise UsageError(f"--shards {shards_dir} is not a directory.", hint="Point it at the shard archives.")
+        raise UsageError(
+            f"--shards {shards_dir} is not a directory.", hint="Point it at the shard archives."
+        )
     archives = _shard_archives(shards_dir, cell)
     counts = {count for count, _ in archives.values()}
     count = expected_count or (max(counts) if counts else loaded.recipe.sharding.count)
@@ -107,16 +119,22 @@ def run_link(
     for index in range(count):
         label = shard_label(index, count)
         if index not in archives:
-            problems.append(f"{label} is missing: no {cell.id}-shard-{index}-of-{count}.tar.gz in {shards_dir}")
+            problems.append(
+                f"{label} is missing: no {cell.id}-shard-{index}-of-{count}.tar.gz in {shards_dir}"
+            )
             continue
         manifest = read_manifest(archives[index][1])
         if manifest.get("cell") != cell.id:
-            problems.append(f"{label} belongs to cell {manifest.get('cell')!r}, not {cell.id!r}; not merged")
+            problems.append(
+                f"{label} belongs to cell {manifest.get('cell')!r}, not {cell.id!r}; not merged"
+            )
             continue
         theirs = manifest.get("toolchain", {})
         differing = sorted(k for k in own if theirs.get(k) != own[k])
         if differing:
-            details = "; ".join(f"{k}: shard has {theirs.get(k)!r}, link job has {own[k]!r}" for k in differing)
+            details = "; ".join(
+                f"{k}: shard has {theirs.get(k)!r}, link job has {own[k]!r}" for k in differing
+            )
             problems.append(f"{label} was built with a different toolchain ({details}); not merged")
             continue
         unpack(archives[index][1], cache_dir, extras / str(index))
@@ -124,10 +142,15 @@ def run_link(
     ccache_log = job_dir.with_name(job_dir.name + ".ccache.log")
     ccache_log.unlink(missing_ok=True)
     link_options = BuildOptions(
-        cache=options.cache, cache_dir=cache_dir, namespace=options.namespace,
-        workdir=workdir, job_suffix="link", jobs=options.jobs,
+        cache=options.cache,
+        cache_dir=cache_dir,
+        namespace=options.namespace,
+        workdir=workdir,
+        job_suffix="link",
+        jobs=options.jobs,
         source_date_epoch=options.source_date_epoch,
-        extra_env={**options.extra_env, "CCACHE_LOGFILE": str(ccache_log)}, quiet=options.quiet,
+        extra_env={**options.extra_env, "CCACHE_LOGFILE": str(ccache_log)},
+        quiet=options.quiet,
     )
     outcome = build_cell(loaded, cell, link_options)  # zeroes the merged shards' stats first
     stats = outcome.stats
@@ -141,14 +164,24 @@ def run_link(
         problems.append("total 0: the cache was never consulted, so no handoff happened")
     missed = _explain_misses(outcome, extras, merged, ccache_log)
     gate = LinkGateResult(not problems, hits, misses, total, problems, missed)
-    record = build_record(outcome, kind="link", extra={"link": {
-        "shards_expected": count, "shards_merged": merged, "gate": {
-            "passed": gate.passed, "problems": problems, "missed": missed}}})
+    record = build_record(
+        outcome,
+        kind="link",
+        extra={
+            "link": {
+                "shards_expected": count,
+                "shards_merged": merged,
+                "gate": {"passed": gate.passed, "problems": problems, "missed": missed},
+            }
+        },
+    )
     record_path = publish(outcome, record, out_dir)
     return LinkResult(outcome, gate, record, record_path)
 
 
-def _explain_misses(outcome: BuildOutcome, extras: Path, merged: list[int], ccache_log: Path) -> list[dict[str, Any]]:
+def _explain_misses(
+    outcome: BuildOutcome, extras: Path, merged: list[int], ccache_log: Path
+) -> list[dict[str, Any]]:
     missed_sources = sorted({o.source for o in outcome.tu_outcomes if not o.hit})
     if not missed_sources:
         return []
@@ -157,20 +190,28 @@ def _explain_misses(outcome: BuildOutcome, extras: Path, merged: list[int], ccac
     for index in merged:
         for record in read_wrapper_log(extras / str(index) / "wrapper.jsonl"):
             if record.get("action") == "compile" and record.get("tu"):
-                shard_compiles[str(record["tu"])] = (index, [str(a) for a in record.get("argv", [])])
+                shard_compiles[str(record["tu"])] = (
+                    index,
+                    [str(a) for a in record.get("argv", [])],
+                )
     explained: list[dict[str, Any]] = []
     for source in missed_sources:
         entry: dict[str, Any] = {"tu": source}
         link_cmd = commands.get(source)
-        key = tu_key(source, outcome.tree, link_cmd[1] if link_cmd and link_cmd[1] else str(outcome.tree))
+        key = tu_key(
+            source, outcome.tree, link_cmd[1] if link_cmd and link_cmd[1] else str(outcome.tree)
+        )
         entry["tu"] = key
         if key in shard_compiles:
             index, argv = shard_compiles[key]
             entry["shard"] = index
-            entry["difference"] = _difference(argv, link_cmd[0]) if link_cmd else "the link job's command line was not logged"
+            entry["difference"] = (
+                _difference(argv, link_cmd[0])
+                if link_cmd
+                else "the link job's command line was not logged"
+            )
         else:
             entry["shard"] = None
             entry["difference"] = "no shard compiled this TU"
         explained.append(entry)
     return explained
-

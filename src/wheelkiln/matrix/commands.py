@@ -1,0 +1,163 @@
+"""``kiln matrix`` and ``kiln ci github`` (registered in :mod:`wheelkiln.cli`).
+
+I/O lives here: finding recipes, reading the skip-existing directory. Expansion is pure
+(:mod:`~wheelkiln.matrix.jobs`) and all output goes through :mod:`~wheelkiln.matrix.render`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wheelkiln import ui
+from wheelkiln.errors import KilnError, UsageError
+from wheelkiln.matrix.filters import GITHUB_MATRIX_CAP, check_cap
+from wheelkiln.matrix.jobs import BuildRecordSummary, ExistingWheels, MatrixPlan
+from wheelkiln.recipe.load import LoadedRecipe
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+RECORD_SUFFIXES = (".build.json", ".link.json")
+
+
+def load_recipes(refs: tuple[str, ...], cwd: Path) -> list[LoadedRecipe]:
+    """The recipes named on the command line, else every ``recipes/*.toml`` under cwd."""
+    from wheelkiln.recipe.load import find_recipe, load_recipe
+
+    if refs:
+        return [find_recipe(ref, [cwd / "recipes"]) for ref in refs]
+    paths = sorted((cwd / "recipes").glob("*.toml"))
+    if not paths:
+        raise UsageError(
+            f"No recipes given, and none in {cwd / 'recipes'}.",
+            hint="Give recipe files (kiln matrix recipes/pkg.toml), or run in the directory "
+            "that holds recipes/.",
+        )
+    return [load_recipe(path) for path in paths]
+
+
+def _record_summary(path: Path) -> tuple[str, BuildRecordSummary] | None:
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        cell = str(data["cell"])
+        wheel = data.get("wheel") or {}
+        summary = BuildRecordSummary(
+            file=path.name,
+            wheel=str(wheel["name"]) if isinstance(wheel, dict) and "name" in wheel else None,
+            exit_code=int(data.get("exit_code", 1)),
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        ui.warn(f"{path}: not a readable build record; ignored for --skip-existing.")
+        return None
+    return cell, summary
+
+
+def scan_existing(directory: Path) -> ExistingWheels:
+    """The wheels and build records in ``directory`` (see :mod:`wheelkiln.matrix.jobs`)."""
+    if not directory.is_dir():
+        ui.warn(f"--skip-existing {directory}: no such directory; no cell is skipped.")
+        return ExistingWheels(str(directory), frozenset())
+    wheels: set[str] = set()
+    records: dict[str, list[BuildRecordSummary]] = {}
+    for path in sorted(directory.iterdir()):
+        if path.name.endswith(".whl") and path.is_file():
+            wheels.add(path.name)
+        elif path.name.endswith(RECORD_SUFFIXES):
+            found = _record_summary(path)
+            if found is not None:
+                records.setdefault(found[0], []).append(found[1])
+    return ExistingWheels(
+        str(directory), frozenset(wheels), {cell: tuple(r) for cell, r in records.items()}
+    )
+
+
+def plan_matrix(
+    recipes: list[LoadedRecipe], root: Path, filters: tuple[str, ...] = (),
+    lane: str | None = None, skip_existing: Path | None = None,
+) -> MatrixPlan:
+    """Expand loaded recipes, without the cap check (the caller decides when)."""
+    from wheelkiln.matrix.jobs import expand_matrix
+
+    skip = scan_existing(skip_existing) if skip_existing is not None else None
+    return expand_matrix(recipes, filters, lane, skip, root=root, cap=None)
+
+
+@click.command("matrix", context_settings=CONTEXT)
+@click.argument("recipes", nargs=-1, metavar="[RECIPES]...")
+@click.option("-f", "--filter", "filters", multiple=True, metavar="AXIS=VALUE",
+              help="Keep cells with this axis value (package, python, cuda, torch, platform). "
+              "Repeat: same axis = any of them, different axes = all of them.")
+@click.option("--lane", metavar="LANE",
+              help="Only this CUDA lane, e.g. 13.0 ('none': cells without CUDA).")
+@click.option("--skip-existing", type=click.Path(path_type=Path, file_okay=False),
+              metavar="DIR", help="Skip cells whose wheel is already in DIR (build record "
+              "<cell>.build.json/.link.json, else a wheel whose name matches the cell).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the GitHub matrices (shard, link, build include lists) and counts.")
+@click.option("--explain", is_flag=True,
+              help="Show cells, shards, links and skipped cells as a table (stderr).")
+def matrix_command(recipes: tuple[str, ...], filters: tuple[str, ...], lane: str | None,
+                   skip_existing: Path | None, as_json: bool, explain: bool) -> None:
+    """Expand RECIPES (default: recipes/*.toml) into jobs: N shard jobs and a link job
+    per sharded cell, one build job per other cell.
+
+    A filter that selects no cell is an error, and so is a matrix over GitHub's 256 jobs;
+    that error proposes splits that fit (per lane, per package, a smaller N). Without
+    --json the --explain table is shown.
+    """
+    cwd = Path.cwd()
+    plan = plan_matrix(load_recipes(recipes, cwd), cwd, filters, lane, skip_existing)
+    if explain or not as_json:
+        from wheelkiln.matrix.render import print_explain
+
+        print_explain(plan, ui.console)
+    check_cap([(p.cell, p.shard_count) for p in plan.cells], GITHUB_MATRIX_CAP)
+    if as_json:
+        from wheelkiln.matrix.render import print_json
+
+        print_json(plan)
+
+
+@click.group("ci", context_settings=CONTEXT)
+def ci_group() -> None:
+    """Emit CI workflows that run the matrix."""
+
+
+@ci_group.command("github", context_settings=CONTEXT)
+@click.argument("recipes", nargs=-1, metavar="[RECIPES]...")
+@click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False),
+              default=Path(".github/workflows/kiln.yml"), show_default=True,
+              help="Where to write the workflow.")
+@click.option("--requirement", metavar="SPEC",
+              help="How the jobs install kiln (default: wheelkiln==<this version>).")
+def ci_github(recipes: tuple[str, ...], out_path: Path, requirement: str | None) -> None:
+    """Write a GitHub Actions workflow for RECIPES (default: recipes/*.toml).
+
+    Jobs: generate-matrix (kiln matrix --json) → compile-shard (one job per shard,
+    uploads its cache archive) → link (always(), restores every shard's cache, links the
+    wheel), and build for cells that are not sharded. Dispatch it with the 'lane' and
+    'filters' inputs to run part of the matrix.
+    """
+    from wheelkiln.matrix.github import render_workflow
+    from wheelkiln.matrix.render import write_workflow
+
+    cwd = Path.cwd()
+    loaded = load_recipes(recipes, cwd)
+    plan = plan_matrix(loaded, cwd)
+    # Named recipes go into the workflow as paths relative to the repository root;
+    # none named: the workflow's kiln matrix takes recipes/*.toml as it finds them then.
+    embedded = [Path(os.path.relpath(r.path, cwd)).as_posix() for r in loaded] if recipes else []
+    write_workflow(render_workflow(embedded, requirement), out_path)
+    counts = plan.counts()
+    ui.info(
+        f"Wrote {out_path}: {len(loaded)} recipes, "
+        f"{counts['cells']} cells; a dispatch without inputs runs {counts['shard']} shard, "
+        f"{counts['link']} link and {counts['build']} build jobs ({counts['total']} in all)."
+    )
+    try:
+        check_cap([(p.cell, p.shard_count) for p in plan.cells], GITHUB_MATRIX_CAP)
+    except KilnError as exc:
+        ui.warn("a dispatch without inputs would be refused:\n" + exc.render())
