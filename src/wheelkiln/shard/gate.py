@@ -1,0 +1,341 @@
+"""The shard gate: did a shard's build fail only the way a shard is expected to fail?
+
+A shard compiles only its slice of the TUs and stubs the rest, so its final link is
+expected to fail: the dispatcher TU survives in every shard and calls kernels that this
+shard never built. The gate tells that expected failure apart from a real one, from the
+build's exit code and log, the objects on disk and the seat wrapper's records.
+
+Pure functions on data (plus two small readers at the end); stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wheelkiln.cache.launch import parse_compiler_args
+from wheelkiln.shard.wrapper import PROBE_MARKERS
+
+# Compiler diagnostics: an error that a compiler reports about a source file or about
+# its own invocation. Linker summaries ("collect2: error: ld returned 1 exit status",
+# "clang: error: linker command failed") and unresolved symbols are *not* diagnostics.
+DIAGNOSTIC_PATTERNS: tuple[re.Pattern[str], ...] = (
+    # gcc/clang: "src/a.cpp:12:5: error: ...", "a.c:3: error: ...", "fatal error: ..."
+    # (the path may follow a CI timestamp or indentation, so it starts at any blank)
+    re.compile(
+        r"(?<![^\s'\"])(?:[A-Za-z]:)?[^\s:('\"][^:\n]*:\d+(?::\d+)?:\s*(?:fatal\s+)?error:",
+        re.M,
+    ),
+    # nvcc/EDG and MSVC: "k.cu(12): error: ...", "a.cpp(12,5): error C2065: ...",
+    # "k.cu(1): catastrophic error: cannot open source file"
+    re.compile(
+        r"^[ \t]*\S[^\n]*?\(\d+(?:,\d+)?\)\s*:\s*(?:fatal\s+|catastrophic\s+)?error\b", re.M
+    ),
+    # any "fatal error:" (gcc "cc1plus: fatal error: x.h: No such file", gold)
+    re.compile(r"\bfatal error:"),
+    # compiler drivers about their own invocation: "g++: error: unrecognized
+    # command-line option", "cc1plus: error: ...", "clang: error: no such file"
+    re.compile(
+        r"^[ \t]*(?:\S*/)?(?:cc1\w*|gcc|g\+\+|c\+\+|cc|clang|clang\+\+|clang-cl"
+        r"|[\w.]+-(?:gcc|g\+\+)|gcc-[\d.]+|g\+\+-[\d.]+)(?:-[\d.]+)?(?:\.exe)?:\s+error:"
+        r"(?!\s*linker command failed)",
+        re.M,
+    ),
+    # CUDA tools: "nvcc fatal   : Unsupported gpu architecture", "ptxas error   : ..."
+    re.compile(r"^[ \t]*(?:nvcc|ptxas|cicc|cudafe\+\+|fatbinary)\s+(?:fatal|error)\s*:", re.M),
+    # MSVC compiler front end without a line: "cl : Command line error D8021"
+    re.compile(r"\bCommand line error D\d{4}\b"),
+)
+
+UNRESOLVED_PATTERNS: tuple[re.Pattern[str], ...] = (
+    re.compile(r"undefined reference to\b"),  # GNU ld, gold
+    # GNU ld when the missing symbol has hidden visibility (pybind11's default
+    # -fvisibility=hidden): a -shared link then fails even without -z defs
+    re.compile(r"\bhidden symbol [`'][^`']+' isn't defined"),
+    re.compile(r"\berror: undefined (?:hidden |protected )?symbol:"),  # lld, mold
+    re.compile(r"\berror LNK(?:2019|2001)\b"),  # MSVC
+    re.compile(r"^[ \t]*Undefined symbols for architecture\b", re.M),  # macOS ld
+    re.compile(r"^[ \t]*nvlink error\s*: Undefined reference to\b", re.M),  # nvcc -dlink
+)
+"""Lines that say a link failed on unresolved symbols (the expected shard failure)."""
+
+# Lines that accompany unresolved-symbol errors and say nothing else: ld's context and
+# summary lines, macOS and lld "referenced from/by" blocks, MSVC's totals, warnings.
+_UNRESOLVED_CONTEXT = re.compile(
+    r"|".join(
+        (
+            r":\s*in function [`'\"]",  # /usr/bin/ld: a.o: in function `f':
+            r"^[ \t]*collect2(?:\.exe)?: error: ld returned \d+ exit status\s*$",
+            r"\berror: linker command failed with exit code \d+",
+            r"\bmore undefined references to\b",
+            r"\bfinal link failed: [Bb]ad value\s*$",  # follows the hidden-symbol error
+            r"^[ \t]*\"[^\"]+\", referenced from:\s*$",  # macOS
+            r"^[ \t]+\S.* in \S+[ \t]*$",  # macOS: "      _main in a.o"
+            r"\bsymbol\(s\) not found for architecture\b",
+            r"^[ \t]*>>> ",  # lld: ">>> referenced by a.c"
+            r"\berror: too many errors emitted\b",
+            r"\bfatal error LNK1120: \d+ unresolved externals?\b",
+            r"^[ \t]*Creating library \S+ and object \S+",
+            r"\bwarning\b",
+            r"^[ \t]*(?:/\S*/)?(?:ld|ld\.\w+|\S+-ld)(?:\.exe)?: note:",
+        )
+    ),
+    re.M,
+)
+
+
+_UNLOCATED_PATTERNS = frozenset({3, 5})  # indexes of patterns that name no source file
+
+
+def _diagnostic_lines(build_log: str) -> list[tuple[str, bool]]:
+    """(line, names a source location) for every diagnostic line, in log order, once."""
+    found: dict[int, tuple[str, bool]] = {}
+    for index, pattern in enumerate(DIAGNOSTIC_PATTERNS):
+        for match in pattern.finditer(build_log):
+            start = build_log.rfind("\n", 0, match.start()) + 1
+            if start in found:
+                continue
+            end = build_log.find("\n", match.start())
+            line = build_log[start : end if end >= 0 else len(build_log)].strip()
+            if not any(unresolved.search(line) for unresolved in UNRESOLVED_PATTERNS):
+                found[start] = (line, index not in _UNLOCATED_PATTERNS)
+    return [found[start] for start in sorted(found)]
+
+
+def find_diagnostics(build_log: str, limit: int = 5) -> list[str]:
+    """The first *limit* compiler-diagnostic lines of *build_log*, in log order."""
+    return [line for line, _ in _diagnostic_lines(build_log)][:limit]
+
+
+def has_unresolved_symbols(build_log: str) -> bool:
+    """True when *build_log* has a line saying a link failed on an unresolved symbol."""
+    return any(pattern.search(build_log) for pattern in UNRESOLVED_PATTERNS)
+
+
+def is_unresolved_only(linker_stderr: str) -> bool:
+    """True when a failed link's stderr reports unresolved symbols and nothing else.
+
+    Every non-blank line must be an unresolved-symbol line or one of the lines that
+    come with them (``in function`` context, ``collect2: error: ld returned 1 exit
+    status``, macOS ``referenced from`` blocks, MSVC ``LNK1120`` totals, warnings).
+    Anything else (a relocation error, a missing library, a multiple definition) is a
+    real failure.
+    """
+    unresolved = False
+    for line in linker_stderr.splitlines():
+        if not line.strip():
+            continue
+        if any(pattern.search(line) for pattern in UNRESOLVED_PATTERNS):
+            unresolved = True
+        elif not _UNRESOLVED_CONTEXT.search(line):
+            return False
+    return unresolved
+
+
+@dataclass(frozen=True)
+class ShardGateResult:
+    """The verdict on one shard's build."""
+
+    passed: bool
+    reasons: tuple[str, ...]
+    """Why it failed (empty when it passed), or notes on why a failure was accepted."""
+    compiled: int
+    """TUs compiled for real in this shard (``compile`` and ``link-probe-rebuild``)."""
+    stubbed: int
+    """Out-of-slice TUs answered with the empty object."""
+    probed: int
+    """Build-system probes run for real."""
+    actions: dict[str, int] = field(default_factory=dict)
+    """Wrapper records per action (``{"compile": 12, "stub": 30, "host-pass": 24}``)."""
+
+
+def _action_counts(records: Iterable[Mapping[str, object]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for record in records:
+        action = record.get("action")
+        if isinstance(action, str):
+            counts[action] = counts.get(action, 0) + 1
+    return counts
+
+
+def _latest_stub_outputs(records: Iterable[Mapping[str, object]]) -> set[str]:
+    latest: dict[str, object] = {}
+    for record in records:
+        output = record.get("output")
+        if isinstance(output, str):
+            latest[os.path.normpath(output)] = record.get("action")
+    return {path for path, action in latest.items() if action == "stub"}
+
+
+_REAL_WORK_ACTIONS = frozenset({"compile", "host-pass", "link-probe-rebuild"})
+
+
+def _failed(record: Mapping[str, object]) -> bool:
+    return record.get("exit") not in (0, None)
+
+
+def _probe_sources(records: Iterable[Mapping[str, object]]) -> set[str]:
+    """Source paths (as written and as file names) of the probes that failed."""
+    sources: set[str] = set()
+    for record in records:
+        argv = record.get("argv")
+        if record.get("action") != "probe" or not _failed(record) or not isinstance(argv, list):
+            continue
+        arguments = [str(item) for item in argv]
+        for source in parse_compiler_args(arguments[0], arguments[1:]).sources:
+            sources.update((source, Path(source).name))
+    return sources
+
+
+def _real_diagnostics(build_log: str, records: Sequence[Mapping[str, object]]) -> list[str]:
+    """Diagnostic lines not explained by a build-system probe that failed on purpose.
+
+    Probes are meant to fail sometimes (pybind11's ``has_flag`` tries a flag, CMake's
+    try_compile tests a feature), and setuptools shows their errors in the build log.
+    A located diagnostic is a probe's when it names a probe marker or the source of a
+    failed probe; an unlocated driver error (``g++: error: unrecognized command-line
+    option``) is a probe's when probes failed and no real compile did.
+    """
+    probe_sources = _probe_sources(records)
+    probes_failed = bool(probe_sources)
+    real_failed = any(
+        _failed(record)
+        and (
+            record.get("action") in _REAL_WORK_ACTIONS
+            or (record.get("action") == "passthrough" and record.get("tu"))
+        )
+        for record in records
+    )
+    real: list[str] = []
+    for line, located in _diagnostic_lines(build_log):
+        if any(marker in line for marker in PROBE_MARKERS):
+            continue
+        if located and any(source in line for source in probe_sources):
+            continue
+        if not located and probes_failed and not real_failed:
+            continue
+        real.append(line)
+    return real
+
+
+def shard_gate(
+    exit_code: int,
+    build_log: str,
+    objects: Sequence[tuple[str, int]],
+    wrapper_records: Sequence[Mapping[str, object]],
+) -> ShardGateResult:
+    """Decide whether a shard's build is acceptable.
+
+    * The wrapper must have run (no records: the build never reached the compiler
+      through the wrapper, so the shard filled no cache).
+    * No compiler diagnostic may appear in the log (except those of build-system probes
+      that failed on purpose, see :func:`_real_diagnostics`), and no TU compile may have
+      failed in the wrapper's records: a broken TU is broken in the link job too.
+    * Exit 0 passes on those two alone.
+    * A non-zero exit passes only if real objects (larger than one byte and not a stub
+      the wrapper wrote) exist *and* the failure was the expected one: an
+      unresolved-symbol line in the log, or a ``link-unresolved`` record.
+    """
+    counts = _action_counts(wrapper_records)
+    result_counts = {
+        "compiled": counts.get("compile", 0) + counts.get("link-probe-rebuild", 0),
+        "stubbed": counts.get("stub", 0),
+        "probed": counts.get("probe", 0),
+    }
+    reasons: list[str] = []
+    if not wrapper_records:
+        reasons.append(
+            "wrapper never invoked: the build did not call the compiler through the "
+            "seat wrapper (check CC/CXX, CMAKE_<LANG>_COMPILER_LAUNCHER, PYTORCH_NVCC)"
+        )
+    diagnostics = _real_diagnostics(build_log, wrapper_records)
+    if diagnostics:
+        reasons.append("compiler diagnostics in the build log: " + " | ".join(diagnostics[:5]))
+    failed = [
+        record
+        for record in wrapper_records
+        if _failed(record)
+        and (
+            record.get("action") in ("compile", "link-probe-rebuild")
+            or (record.get("action") == "passthrough" and record.get("tu"))
+        )
+    ]
+    if failed:
+        names = ", ".join(str(record.get("tu")) for record in failed[:5])
+        reasons.append(f"{len(failed)} TU compile(s) failed in the wrapper: {names}")
+
+    if exit_code != 0 and not reasons:
+        stubs = _latest_stub_outputs(wrapper_records)
+        real_objects = [
+            path for path, size in objects if size > 1 and os.path.normpath(path) not in stubs
+        ]
+        if not real_objects:
+            reasons.append(
+                f"build exited {exit_code} and left no compiled objects (only stubs or "
+                "empty files): the shard compiled nothing"
+            )
+        if not (has_unresolved_symbols(build_log) or counts.get("link-unresolved")):
+            reasons.append(
+                f"build exited {exit_code} without an unresolved-symbol link error, "
+                "the only failure a shard is allowed"
+            )
+    return ShardGateResult(
+        passed=not reasons, reasons=tuple(reasons), actions=counts, **result_counts
+    )
+
+
+def find_objects(build_dirs: Iterable[str | os.PathLike[str]]) -> list[tuple[str, int]]:
+    """Every ``*.o`` and ``*.obj`` file under *build_dirs*, as (path, size), sorted."""
+    found: dict[str, int] = {}
+    for build_dir in build_dirs:
+        for directory, _, files in os.walk(build_dir):
+            for name in files:
+                if name.endswith((".o", ".obj")):
+                    path = Path(directory, name)
+                    try:
+                        found[str(path)] = path.stat().st_size
+                    except OSError:
+                        continue  # a dangling link or a file removed meanwhile
+    return sorted(found.items())
+
+
+def read_wrapper_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a wrapper log, in order. A missing log has none.
+
+    A line that is not a JSON object (a torn last line, written by a process killed
+    mid-write) is skipped with a warning on stderr, never fatal.
+    """
+    try:
+        text = Path(path).read_bytes().decode("utf-8", "replace")
+    except FileNotFoundError:
+        return []
+    records: list[dict[str, Any]] = []  # JSON records: values are whatever JSON holds
+    skipped = 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            skipped += 1
+    if skipped:
+        print(
+            f"warning: skipped {skipped} unreadable line(s) in the wrapper log {os.fspath(path)}",
+            file=sys.stderr,
+        )
+    return records
+
+
+def summarize_wrapper_log(path: str | os.PathLike[str]) -> dict[str, int]:
+    """Records per action in a wrapper log (``{"compile": 12, "stub": 30, ...}``)."""
+    return _action_counts(read_wrapper_log(path))

@@ -1,0 +1,600 @@
+"""The seat wrapper: stands in for the compiler in shard jobs (stdlib only, per TU).
+
+Run as ``/abs/python -S -E /abs/.../wheelkiln/shard/wrapper.py REAL_COMPILER ARGS...``
+(the launcher form: CMake ``CMAKE_<LANG>_COMPILER_LAUNCHER``, setuptools
+``CC`` through a one-path launcher script, nvcc ``-ccbin``, the nvcc shim);
+:func:`launcher_argv` gives the faster ``-c`` form.
+
+Per call it decides, in this order:
+
+1. **host-pass**: a host-compiler call that nvcc makes itself (``-ccbin`` is this
+   wrapper): a ``tmpxft_`` temp file in the arguments, or nvcc/cicc/cudafe++ as the
+   parent process (:func:`wheelkiln.cache.launch.is_nvcc_host_pass`). It is part of
+   an in-slice ``.cu`` compile, so it runs the real compiler directly, *without* the
+   cache (ccache wraps nvcc, never its ``-ccbin``).
+2. **probe**: build-system probes (``CMakeScratch``, ``CompilerId``, ``CMakeTmp``,
+   ``cmTC_``, ``meson-private``, ``conftest`` in the source, output or cwd;
+   one-source compiles in a temp directory outside the package root, such as
+   pybind11's ``has_flag``; compiles from stdin or to ``/dev/null``) always run for
+   real: a stubbed probe would silently change the build's configuration.
+3. A one-source compile (a **TU**): with ``KILN_SHARD_COUNT`` unset it is a
+   **passthrough** (the source partition); in slice it is a **compile** through the
+   cache; out of slice it is a **stub**: a copy of ``KILN_STUB_OBJECT`` plus an empty
+   depfile where one was asked for.
+4. A **link** runs for real. An executable link that consumes an object this shard
+   stubbed first recompiles it for real (**link-probe-rebuild**: the probe that no name
+   list knows, such as pycryptodome's ``test1.c``). A shared-library (or nvcc device)
+   link that fails with unresolved symbols only is the expected shard failure: its
+   stderr goes through, a placeholder output is written, and it exits 0
+   (**link-unresolved**) so setuptools goes on to compile its next extension.
+5. Anything else (preprocessing, multi-source calls, ``--version``) is a
+   **passthrough** through the cache.
+
+Environment: ``KILN_SHARD_INDEX``, ``KILN_SHARD_COUNT`` (unset/empty: source mode),
+``KILN_PACKAGE_ROOT``, ``KILN_SHARD_LOG``, ``KILN_CACHE``, ``KILN_STUB_OBJECT``,
+``KILN_PARTITION_MAP``. Each call appends one JSON line to ``KILN_SHARD_LOG``:
+``{"tu", "action", "seconds", "exit", "output", "argv", "cwd", "pid"}``.
+
+Only ``os``, ``sys`` and ``time`` load on the compile path; ``json`` (which imports
+``re``), ``subprocess`` and the gate's regexes load only for links.
+"""
+
+# Per-TU hot path: pathlib costs ~8 ms to import (fnmatch, re, urllib), so os.path strings.
+# ruff: noqa: PTH100, PTH103, PTH109, PTH118, PTH120, PTH122
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+"""The ``src`` directory holding the ``wheelkiln`` package."""
+
+if __name__ == "__main__":  # run by path: make the package importable, nothing else
+    sys.path[0] = SRC_DIR
+
+from wheelkiln.cache import launch  # noqa: E402  (after the sys.path fix above)
+from wheelkiln.shard import partition  # noqa: E402
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import NoReturn
+
+PROBE_MARKERS = (
+    "CMakeScratch",
+    "CompilerId",
+    "CMakeTmp",
+    "cmTC_",
+    "meson-private",
+    "conftest",
+)
+"""Path fragments of build-system probes: these compiles and links always run for real."""
+
+_OBJECT_EXTENSIONS = frozenset({".o", ".obj", ".lo"})
+_NOT_A_FILE = frozenset({"-", "/dev/null", "NUL", "nul"})
+_TEMP_ROOTS_DEFAULT = ("/tmp", "/var/tmp")
+
+ACTIONS = (
+    "compile",
+    "stub",
+    "probe",
+    "host-pass",
+    "link",
+    "link-unresolved",
+    "link-probe-rebuild",
+    "passthrough",
+)
+
+
+class WrapperConfigError(ValueError):
+    """The shard job set the wrapper's environment up wrongly."""
+
+
+class SeatConfig:
+    """The wrapper's configuration, read from ``KILN_*`` environment variables."""
+
+    __slots__ = (
+        "cache",
+        "log_path",
+        "package_root",
+        "partition_map_path",
+        "shard_count",
+        "shard_index",
+        "stub_object",
+    )
+
+    def __init__(
+        self,
+        shard_index: int = 0,
+        shard_count: int | None = None,
+        package_root: str | None = None,
+        log_path: str | None = None,
+        cache: str | None = None,
+        stub_object: str | None = None,
+        partition_map_path: str | None = None,
+    ) -> None:
+        self.shard_index = shard_index
+        self.shard_count = shard_count
+        """None: source mode (pure pass-through, still logged)."""
+        self.package_root = package_root
+        self.log_path = log_path
+        self.cache = cache
+        self.stub_object = stub_object
+        self.partition_map_path = partition_map_path
+
+    @property
+    def seat_active(self) -> bool:
+        return self.shard_count is not None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> SeatConfig:
+        count_text = environ.get("KILN_SHARD_COUNT", "").strip()
+        config = cls(
+            package_root=environ.get("KILN_PACKAGE_ROOT") or None,
+            log_path=environ.get("KILN_SHARD_LOG") or None,
+            cache=environ.get("KILN_CACHE") or None,
+            stub_object=environ.get("KILN_STUB_OBJECT") or None,
+            partition_map_path=environ.get("KILN_PARTITION_MAP") or None,
+        )
+        if not count_text:
+            return config
+        index_text = environ.get("KILN_SHARD_INDEX", "").strip()
+        try:
+            count = int(count_text)
+            index = int(index_text)
+        except ValueError:
+            raise WrapperConfigError(
+                f"KILN_SHARD_COUNT={count_text!r} and KILN_SHARD_INDEX={index_text!r} "
+                "must both be integers (index 0-based)"
+            ) from None
+        if count < 1 or not 0 <= index < count:
+            raise WrapperConfigError(
+                f"KILN_SHARD_INDEX={index} is outside 0..{count - 1} for KILN_SHARD_COUNT={count}"
+            )
+        if config.package_root is None:
+            raise WrapperConfigError(
+                "KILN_PACKAGE_ROOT is not set: the TU key is the source path relative "
+                "to the package root, so the seat partition needs it"
+            )
+        config.shard_count = count
+        config.shard_index = index
+        return config
+
+
+class Decision:
+    """What the wrapper does with one call (``action`` is one of :data:`ACTIONS`)."""
+
+    __slots__ = ("action", "output", "parsed", "tu")
+
+    def __init__(
+        self, action: str, parsed: launch.CompilerArgs, tu: str | None, output: str | None
+    ) -> None:
+        self.action = action
+        self.parsed = parsed
+        self.tu = tu
+        self.output = output
+        """Absolute path of the call's output, when it has one."""
+
+    def __repr__(self) -> str:
+        return f"Decision({self.action!r}, tu={self.tu!r}, output={self.output!r})"
+
+
+# --------------------------------------------------------------------------- decide
+
+
+def _temp_roots(environ: Mapping[str, str]) -> list[str]:
+    roots = [environ[name] for name in ("TMPDIR", "TEMP", "TMP") if environ.get(name)]
+    roots.extend(_TEMP_ROOTS_DEFAULT)
+    return [os.path.normpath(root) for root in roots]
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def decide(
+    compiler: str,
+    args: Sequence[str],
+    cwd: str,
+    config: SeatConfig,
+    *,
+    called_by_nvcc: bool | None = None,
+    partition_map: Mapping[str, int] | partition.PartitionMapFile | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Decision:
+    """Classify one compiler call (pure apart from reading /proc for the parent).
+
+    *called_by_nvcc* overrides the parent-process check (tests, non-Linux hosts); a
+    ``tmpxft_`` argument makes a host pass either way.
+    """
+    parsed = launch.parse_compiler_args(compiler, args)
+    raw_output = parsed.object_path() if parsed.stage == "compile" else parsed.output
+    output = os.path.normpath(os.path.join(cwd, raw_output)) if raw_output else None
+
+    if called_by_nvcc is None:
+        called_by_nvcc = launch.is_nvcc_host_pass(args)
+    else:
+        called_by_nvcc = called_by_nvcc or launch.has_nvcc_temp_file(args)
+    if called_by_nvcc:
+        return Decision("host-pass", parsed, None, output)
+
+    tu: str | None = None
+    if parsed.is_tu and config.package_root is not None:
+        tu = partition.tu_key(parsed.sources[0], config.package_root, cwd)
+
+    paths = [*parsed.sources, raw_output or "", cwd]
+    if any(marker in path for path in paths for marker in PROBE_MARKERS):
+        return Decision("probe", parsed, tu, output)
+    if parsed.is_tu and (parsed.sources[0] in _NOT_A_FILE or (raw_output or "") in _NOT_A_FILE):
+        # `-c x.c -o /dev/null` or source on stdin: a check whose answer is its exit code
+        return Decision("probe", parsed, tu, output)
+
+    if parsed.is_tu:
+        if not config.seat_active:
+            return Decision("passthrough", parsed, tu, output)
+        assert tu is not None and config.shard_count is not None
+        if tu.startswith("../"):
+            source = os.path.normpath(os.path.join(cwd, parsed.sources[0]))
+            roots = _temp_roots(os.environ if environ is None else environ)
+            if any(_is_under(source, root) for root in roots):
+                # A compile in a temp dir outside the tree is a feature probe
+                # (pybind11 has_flag, setuptools has_function): its key is random.
+                return Decision("probe", parsed, tu, output)
+        if partition.is_mine(tu, config.shard_index, config.shard_count, partition_map):
+            return Decision("compile", parsed, tu, output)
+        return Decision("stub", parsed, tu, output)
+
+    if parsed.stage in ("link", "device-link") and parsed.operands:
+        return Decision("link", parsed, None, output)
+    return Decision("passthrough", parsed, None, output)
+
+
+# --------------------------------------------------------------------------- log
+
+_JSON_ESCAPES: dict[int, str] = {code: f"\\u{code:04x}" for code in range(0x20)}
+_JSON_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\", ord("\n"): "\\n", ord("\t"): "\\t"})
+
+
+def _json_value(value: object) -> str:
+    """A minimal JSON encoder for log records: json itself imports re (~5 ms per TU)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.translate(_JSON_ESCAPES) + '"'
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(round(value, 6))
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_json_value(item) for item in value) + "]"
+    raise TypeError(f"cannot encode {type(value).__name__} in a wrapper log record")
+
+
+def encode_record(record: Mapping[str, object]) -> bytes:
+    """One JSON line. Undecodable bytes in paths (surrogate escapes) become ``\\udcXX``."""
+    body = ", ".join(f'"{key}": {_json_value(value)}' for key, value in record.items())
+    return ("{" + body + "}\n").encode("utf-8", "backslashreplace")
+
+
+def append_record(log_path: str | None, record: Mapping[str, object]) -> None:
+    """Append one line with a single O_APPEND write, so parallel TUs never interleave."""
+    if not log_path:
+        return
+    data = encode_record(record)
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, data)
+        while written < len(data):  # only on a full disk or similar: finish the line
+            written += os.write(fd, data[written:])
+    finally:
+        os.close(fd)
+
+
+def _record(
+    decision_tu: str | None,
+    action: str,
+    seconds: float,
+    exit_code: int,
+    output: str | None,
+    argv: Sequence[str],
+    cwd: str,
+) -> dict[str, object]:
+    return {
+        "tu": decision_tu,
+        "action": action,
+        "seconds": seconds,
+        "exit": exit_code,
+        "output": output,
+        "argv": list(argv),
+        "cwd": cwd,
+        "pid": os.getpid(),
+    }
+
+
+# --------------------------------------------------------------------------- run
+
+
+def _wait(pid: int) -> int:
+    try:
+        _, status = os.waitpid(pid, 0)
+    except KeyboardInterrupt:  # Ctrl-C reached the compiler too: let it finish dying
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        return code if code > 0 else 130
+    return os.waitstatus_to_exitcode(status)
+
+
+def spawn_and_wait(command: Sequence[str], env: Mapping[str, str] | None = None) -> int:
+    """Run *command* (looked up on PATH) with inherited stdio; its exit code, or
+    ``-signal`` when a signal killed it."""
+    try:
+        pid = os.posix_spawnp(command[0], list(command), os.environ if env is None else env)
+    except OSError as error:
+        sys.stderr.write(f"kiln wrapper: cannot run {command[0]!r}: {error}\n")
+        return 127
+    return _wait(pid)
+
+
+def spawn_capturing_stderr(
+    command: Sequence[str], env: Mapping[str, str] | None = None
+) -> tuple[int, bytes]:
+    """Like :func:`spawn_and_wait`, with stderr captured (stdout still inherited)."""
+    read_fd, write_fd = os.pipe()
+    try:
+        pid = os.posix_spawnp(
+            command[0],
+            list(command),
+            os.environ if env is None else env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, write_fd, 2),
+                (os.POSIX_SPAWN_CLOSE, read_fd),
+            ],
+        )
+    except OSError as error:
+        os.close(read_fd)
+        os.close(write_fd)
+        return 127, f"kiln wrapper: cannot run {command[0]!r}: {error}\n".encode()
+    os.close(write_fd)
+    chunks: list[bytes] = []
+    with os.fdopen(read_fd, "rb") as stream:
+        chunks.extend(iter(lambda: stream.read(65536), b""))
+    return _wait(pid), b"".join(chunks)
+
+
+def _exit_code(code: int) -> int:
+    """Turn ``-signal`` into the conventional shell status 128+signal."""
+    return 128 - code if code < 0 else code
+
+
+def write_stub(stub_object: str | None, output: str) -> None:
+    """Copy the shard's empty object to *output* (os only: shutil imports ~9 ms)."""
+    if not stub_object:
+        raise WrapperConfigError(
+            "KILN_STUB_OBJECT is not set: the shard job makes it once with "
+            "`cc -c -x c /dev/null -o empty.o` and exports its path"
+        )
+    with open(stub_object, "rb") as handle:
+        data = handle.read()
+    _write_file(output, data)
+
+
+def _write_file(path: str, data: bytes) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _escape_make(path: str) -> str:
+    return path.replace("$", "$$").replace(" ", "\\ ").replace("#", "\\#")
+
+
+def write_stub_depfile(parsed: launch.CompilerArgs, cwd: str) -> str | None:
+    """Write ``<target>:`` to the depfile the call asked for (ninja needs the file to
+    exist and to name the output it expects). Returns the depfile's path."""
+    depfile = parsed.depfile_path()
+    if depfile is None:
+        return None
+    targets = parsed.dep_targets or [parsed.object_path() or ""]
+    line = " ".join(_escape_make(target) for target in targets) + ":\n"
+    path = os.path.join(cwd, depfile)
+    _write_file(path, line.encode("utf-8", "surrogateescape"))
+    return path
+
+
+def _partition_map(config: SeatConfig) -> partition.PartitionMapFile | None:
+    if not config.partition_map_path:
+        return None
+    return partition.PartitionMapFile(config.partition_map_path)
+
+
+def stubbed_inputs(log_path: str | None, object_paths: Sequence[str]) -> list[dict[str, object]]:
+    """Stub records (latest per output) for the objects in *object_paths* (absolute)."""
+    if not log_path or not object_paths:
+        return []
+    try:
+        with open(log_path, "rb") as handle:
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    wanted = [path for path in object_paths if _json_value(path) in text]
+    if not wanted:
+        return []
+    import json  # here only: json imports re, and executable links are rare
+
+    latest: dict[str, dict[str, object]] = {}
+    for line in text.splitlines():
+        if not any(_json_value(path) in line for path in wanted):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # a torn line
+        if isinstance(record, dict) and record.get("output") in wanted:
+            latest[str(record["output"])] = record
+    return [record for record in latest.values() if record.get("action") == "stub"]
+
+
+def rebuild_stub(record: Mapping[str, object], config: SeatConfig) -> int:
+    """Recompile a stubbed object for real from its logged argv and cwd."""
+    import subprocess  # here only: it needs a cwd, which posix_spawn cannot set in 3.11
+
+    raw_argv, cwd = record.get("argv"), str(record.get("cwd"))
+    if not isinstance(raw_argv, list) or not raw_argv:
+        return 1
+    argv = [str(item) for item in raw_argv]
+    command = launch.compile_command(config.cache, argv[0], argv[1:])
+    env = launch.compile_environment(config.cache, argv[0])
+    started = time.perf_counter()
+    exit_code = subprocess.call(command, cwd=cwd, env=env)
+    tu = record.get("tu")
+    append_record(
+        config.log_path,
+        _record(
+            tu if isinstance(tu, str) else None,
+            "link-probe-rebuild",
+            time.perf_counter() - started,
+            exit_code,
+            str(record.get("output")),
+            argv,
+            cwd,
+        ),
+    )
+    return exit_code
+
+
+def run_link(
+    compiler: str, args: Sequence[str], cwd: str, decision: Decision, config: SeatConfig
+) -> int:
+    parsed = decision.parsed
+    started = time.perf_counter()
+    argv = [compiler, *args]
+    executable = parsed.stage == "link" and not parsed.shared and not parsed.relocatable
+    if executable and config.seat_active:
+        objects = [
+            os.path.normpath(os.path.join(cwd, operand))
+            for operand in parsed.operands
+            if os.path.splitext(operand)[1] in _OBJECT_EXTENSIONS
+        ]
+        for record in stubbed_inputs(config.log_path, objects):
+            rebuild_stub(record, config)
+
+    command = launch.compile_command(config.cache, compiler, args)
+    tolerable = parsed.shared or parsed.stage == "device-link"
+    if not tolerable:
+        exit_code = spawn_and_wait(command)
+        append_record(
+            config.log_path,
+            _record(
+                None, "link", time.perf_counter() - started, exit_code, decision.output, argv, cwd
+            ),
+        )
+        return _exit_code(exit_code)
+
+    exit_code, stderr = spawn_capturing_stderr(command)
+    sys.stderr.buffer.write(stderr)
+    sys.stderr.flush()
+    action = "link"
+    if exit_code > 0 and decision.output:
+        from wheelkiln.shard import gate  # here only: the gate's regexes import re
+
+        if gate.is_unresolved_only(stderr.decode("utf-8", "replace")):
+            if parsed.stage == "device-link":
+                write_stub(config.stub_object, decision.output)  # linked on: must be an object
+            else:
+                _write_file(decision.output, b"")
+            sys.stderr.write(
+                f"kiln wrapper: unresolved symbols only, expected in a shard: wrote a "
+                f"placeholder {decision.output} and carried on\n"
+            )
+            action = "link-unresolved"
+    append_record(
+        config.log_path,
+        _record(None, action, time.perf_counter() - started, exit_code, decision.output, argv, cwd),
+    )
+    return 0 if action == "link-unresolved" else _exit_code(exit_code)
+
+
+def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
+    """Decide and carry out one call; returns the exit code."""
+    cwd = os.getcwd()
+    decision = decide(compiler, args, cwd, config, partition_map=_partition_map(config))
+    action = decision.action
+    argv = [compiler, *args]
+    started = time.perf_counter()
+
+    if action == "link":
+        return run_link(compiler, args, cwd, decision, config)
+    if action == "stub":
+        assert decision.output is not None
+        write_stub(config.stub_object, decision.output)
+        write_stub_depfile(decision.parsed, cwd)
+        exit_code = 0
+    elif action == "host-pass":
+        exit_code = spawn_and_wait(argv)
+    else:  # compile, probe, passthrough: the real thing, through the cache
+        command = launch.compile_command(config.cache, compiler, args)
+        exit_code = spawn_and_wait(command, launch.compile_environment(config.cache, compiler))
+    append_record(
+        config.log_path,
+        _record(
+            decision.tu,
+            action,
+            time.perf_counter() - started,
+            exit_code,
+            decision.output,
+            argv,
+            cwd,
+        ),
+    )
+    return _exit_code(exit_code)
+
+
+def launcher_argv(python: str | None = None) -> list[str]:
+    """The command that starts the wrapper fastest; append ``REAL_COMPILER ARGS...``.
+
+    ``python -S -E -c CODE`` imports this module from its cached bytecode. Running
+    ``python -S -E .../wrapper.py`` also works, but Python compiles a script run by path
+    from source on every start (~3.5 ms per TU for this file). The code contains ``;``,
+    so it belongs in a shell script (shell-quoted), not in a CMake list.
+    """
+    code = (
+        f"import sys;sys.path[0]={SRC_DIR!r};"
+        "from wheelkiln.shard.wrapper import exit_fast,main;exit_fast(main())"
+    )
+    return [python or os.path.realpath(sys.executable), "-S", "-E", "-c", code]
+
+
+def exit_fast(code: int) -> NoReturn:
+    """Flush stdio and leave without the interpreter's teardown (~1 ms on every TU)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:  # noqa: SIM105  (contextlib would be one more import per TU)
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed pipe: nothing left to say
+    os._exit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if not arguments:
+        sys.stderr.write("usage: wrapper.py REAL_COMPILER [ARGS...]\n")
+        return 2
+    try:
+        config = SeatConfig.from_environ(os.environ)
+        return run(arguments[0], arguments[1:], config)
+    except WrapperConfigError as error:
+        sys.stderr.write(f"kiln wrapper: {error}\n")
+        return 2
+
+
+if __name__ == "__main__":
+    exit_fast(main())

@@ -1,0 +1,335 @@
+"""The shard gate, on real-looking build logs (gcc, nvcc, MSVC, macOS ld, lld, nvlink)."""
+
+# Real linker and compiler output lines are long; they stay verbatim.
+# ruff: noqa: E501
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from wheelkiln.shard.gate import (
+    DIAGNOSTIC_PATTERNS,
+    UNRESOLVED_PATTERNS,
+    find_diagnostics,
+    find_objects,
+    has_unresolved_symbols,
+    is_unresolved_only,
+    read_wrapper_log,
+    shard_gate,
+    summarize_wrapper_log,
+)
+
+GNU_UNRESOLVED = """\
+/usr/bin/ld: build/temp.linux-x86_64-cpython-311/csrc/flash_api.o: in function `mha_fwd(at::Tensor&)':
+flash_api.cpp:(.text+0x1a5): undefined reference to `run_mha_fwd_hdim128(Flash_fwd_params&, CUstream_st*)'
+/usr/bin/ld: flash_api.cpp:(.text+0x2b1): undefined reference to `run_mha_fwd_hdim64(Flash_fwd_params&, CUstream_st*)'
+/usr/bin/ld: flash_api.cpp:(.text+0x2c9): more undefined references to `run_mha_fwd_hdim64(Flash_fwd_params&, CUstream_st*)' follow
+collect2: error: ld returned 1 exit status
+"""
+GNU_UNRESOLVED_DEBUG = """\
+/usr/bin/ld: CMakeFiles/_C.dir/csrc/ops.cpp.o: in function `fwd(int)':
+/src/csrc/ops.cpp:12: undefined reference to `launch_fwd(int)'
+collect2: error: ld returned 1 exit status
+"""
+# pybind11 builds with -fvisibility=hidden: a plain -shared link fails (seen in a real
+# setuptools shard, indented by pip)
+GNU_HIDDEN_UNRESOLVED = """\
+  /usr/bin/ld: build/temp.linux-x86_64-cpython-311/csrc/core/dispatch.o:(.data.rel.ro.local+0x10): undefined reference to `demo_cpp::core_t00_checksum()'
+  /usr/bin/ld: build/temp.linux-x86_64-cpython-311/csrc/core/dispatch.o:(.data.rel.ro.local+0x28): undefined reference to `demo_cpp::core_t01_checksum()'
+  /usr/bin/ld: build/lib.linux-x86_64-cpython-311/demo_cpp/_core.cpython-311-x86_64-linux-gnu.so: hidden symbol `_ZN8demo_cpp17core_t10_checksumEv' isn't defined
+  /usr/bin/ld: final link failed: bad value
+  collect2: error: ld returned 1 exit status
+"""
+LLD_HIDDEN = "ld.lld: error: undefined hidden symbol: demo_cpp::core_t00_checksum()\n>>> referenced by dispatch.cpp\n"
+LLD_UNRESOLVED = """\
+ld.lld: error: undefined symbol: launch_fwd(int)
+>>> referenced by ops.cpp:12 (/src/csrc/ops.cpp:12)
+>>>               CMakeFiles/_C.dir/csrc/ops.cpp.o:(fwd(int))
+clang++: error: linker command failed with exit code 1 (use -v to see invocation)
+"""
+MACOS_UNRESOLVED = """\
+Undefined symbols for architecture arm64:
+  "_launch_fwd", referenced from:
+      _fwd in ops.o
+ld: symbol(s) not found for architecture arm64
+clang: error: linker command failed with exit code 1 (use -v to see invocation)
+"""
+MSVC_UNRESOLVED = """\
+   Creating library build\\temp.win-amd64-cpython-311\\Release\\csrc\\_C.cp311-win_amd64.lib and object build\\temp.win-amd64-cpython-311\\Release\\csrc\\_C.cp311-win_amd64.exp
+ops.obj : error LNK2019: unresolved external symbol "void __cdecl launch_fwd(int)" (?launch_fwd@@YAXH@Z) referenced in function "void __cdecl fwd(int)" (?fwd@@YAXH@Z)
+ops.obj : error LNK2001: unresolved external symbol "int table" (?table@@3HA)
+build\\lib.win-amd64-cpython-311\\pkg\\_C.cp311-win_amd64.pyd : fatal error LNK1120: 2 unresolved externals
+"""
+NVLINK_UNRESOLVED = (
+    "nvlink error   : Undefined reference to '_Z6kernelPf' in 'CMakeFiles/x.dir/a.cu.o'\n"
+)
+
+GCC_ERROR = """\
+FAILED: CMakeFiles/_C.dir/csrc/ops.cpp.o
+/usr/bin/c++ -I/src/csrc -O2 -o CMakeFiles/_C.dir/csrc/ops.cpp.o -c /src/csrc/ops.cpp
+/src/csrc/ops.cpp: In function 'int f()':
+/src/csrc/ops.cpp:12:5: error: 'undeclared' was not declared in this scope
+   12 |     undeclared = 1;
+      |     ^~~~~~~~~~
+ninja: build stopped: subcommand failed.
+"""
+GCC_FATAL = """\
+csrc/a.cpp:3:10: fatal error: missing.h: No such file or directory
+    3 | #include "missing.h"
+compilation terminated.
+"""
+GCC_DRIVER = "g++: error: unrecognized command-line option '-fno-such-flag'\n"
+NVCC_ERROR = """\
+/src/csrc/k.cu(17): error: identifier "blockDimx" is undefined
+      int i = blockDimx;
+              ^
+1 error detected in the compilation of "/src/csrc/k.cu".
+"""
+NVCC_CATASTROPHIC = '/src/csrc/k.cu(1): catastrophic error: cannot open source file "x.cuh"\n'
+NVCC_FATAL = "nvcc fatal   : Unsupported gpu architecture 'compute_99'\n"
+MSVC_ERROR = "C:\\src\\csrc\\a.cpp(12): error C2065: 'x': undeclared identifier\n"
+MSVC_ERROR_COLUMN = "C:\\src\\csrc\\a.cpp(12,7): error C2065: 'x': undeclared identifier\n"
+CI_PREFIXED = "2026-11-30T10:00:00.1234567Z   csrc/b.cc:9:1: error: expected ';' before '}' token\n"
+SETUPTOOLS_TAIL = "error: command '/usr/bin/g++' failed with exit code 1\n"
+OTHER_LINK_ERROR = """\
+/usr/bin/ld: csrc/a.o: relocation R_X86_64_32 against `.rodata' can not be used when making a shared object; recompile with -fPIC
+/usr/bin/ld: final link failed: bad value
+collect2: error: ld returned 1 exit status
+"""
+MISSING_LIBRARY = """\
+/usr/bin/ld: cannot find -lcudart_static: No such file or directory
+collect2: error: ld returned 1 exit status
+"""
+MIXED_LINK = GNU_UNRESOLVED + "/usr/bin/ld: cannot find -lfoo: No such file or directory\n"
+NVLINK_MULTIPLE = (
+    "nvlink error   : Multiple definition of '_Z1fv' in 'b.o', first defined in 'a.o'\n"
+)
+
+DIAGNOSTIC_LOGS = [
+    GCC_ERROR, GCC_FATAL, GCC_DRIVER, NVCC_ERROR, NVCC_CATASTROPHIC, NVCC_FATAL,
+    MSVC_ERROR, MSVC_ERROR_COLUMN, CI_PREFIXED,
+]  # fmt: skip
+UNRESOLVED_LOGS = [
+    GNU_UNRESOLVED, GNU_HIDDEN_UNRESOLVED, GNU_UNRESOLVED_DEBUG, LLD_UNRESOLVED, LLD_HIDDEN,
+    MACOS_UNRESOLVED, MSVC_UNRESOLVED, NVLINK_UNRESOLVED,
+]  # fmt: skip
+
+RECORDS: list[dict[str, object]] = [
+    {"tu": "csrc/a.cu", "action": "compile", "exit": 0, "output": "/b/a.o"},
+    {"tu": "csrc/b.cu", "action": "stub", "exit": 0, "output": "/b/b.o"},
+    {"tu": None, "action": "link", "exit": 1, "output": "/b/x.so"},
+]
+OBJECTS = [("/b/a.o", 5120), ("/b/b.o", 808)]
+
+
+@pytest.mark.parametrize("log", DIAGNOSTIC_LOGS)
+def test_diagnostics_are_found(log: str) -> None:
+    assert find_diagnostics(log), log
+    assert not has_unresolved_symbols(log)
+
+
+@pytest.mark.parametrize(
+    "log", [*UNRESOLVED_LOGS, SETUPTOOLS_TAIL, OTHER_LINK_ERROR, MISSING_LIBRARY, NVLINK_MULTIPLE]
+)
+def test_link_output_is_not_a_compiler_diagnostic(log: str) -> None:
+    assert find_diagnostics(log) == []
+
+
+@pytest.mark.parametrize("log", UNRESOLVED_LOGS)
+def test_unresolved_symbol_output(log: str) -> None:
+    assert has_unresolved_symbols(log)
+    assert is_unresolved_only(log)
+
+
+@pytest.mark.parametrize(
+    "log", [OTHER_LINK_ERROR, MISSING_LIBRARY, MIXED_LINK, NVLINK_MULTIPLE, ""]
+)
+def test_other_link_failures_are_not_unresolved_only(log: str) -> None:
+    assert not is_unresolved_only(log)
+
+
+def test_patterns_are_compiled_regexes() -> None:
+    assert all(hasattr(pattern, "search") for pattern in DIAGNOSTIC_PATTERNS)
+    assert all(hasattr(pattern, "search") for pattern in UNRESOLVED_PATTERNS)
+
+
+def test_diagnostics_come_in_log_order() -> None:
+    log = NVCC_FATAL + GCC_ERROR + MSVC_ERROR
+    assert find_diagnostics(log, limit=2) == [
+        NVCC_FATAL.strip(),
+        "/src/csrc/ops.cpp:12:5: error: 'undeclared' was not declared in this scope",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("exit_code", "log", "objects", "records", "passed", "reason"),
+    [
+        pytest.param(
+            0,
+            "[1/2] Building CUDA object a.cu.o\n",
+            OBJECTS,
+            RECORDS,
+            True,
+            None,
+            id="clean-exit-0",
+        ),
+        pytest.param(0, "", OBJECTS, [], False, "wrapper never invoked", id="no-wrapper"),
+        pytest.param(
+            1, GNU_UNRESOLVED + SETUPTOOLS_TAIL, OBJECTS, RECORDS, True, None, id="gnu-unresolved"
+        ),
+        pytest.param(1, MSVC_UNRESOLVED, OBJECTS, RECORDS, True, None, id="msvc-unresolved"),
+        pytest.param(1, MACOS_UNRESOLVED, OBJECTS, RECORDS, True, None, id="macos-unresolved"),
+        pytest.param(1, LLD_UNRESOLVED, OBJECTS, RECORDS, True, None, id="lld-unresolved"),
+        pytest.param(2, NVLINK_UNRESOLVED, OBJECTS, RECORDS, True, None, id="nvlink-unresolved"),
+        pytest.param(
+            1,
+            GNU_UNRESOLVED + NVCC_ERROR,
+            OBJECTS,
+            RECORDS,
+            False,
+            "compiler diagnostics",
+            id="unresolved-plus-nvcc-error",
+        ),
+        pytest.param(
+            0,
+            MSVC_ERROR,
+            OBJECTS,
+            RECORDS,
+            False,
+            "compiler diagnostics",
+            id="exit-0-with-diagnostic",
+        ),
+        pytest.param(
+            1,
+            OTHER_LINK_ERROR,
+            OBJECTS,
+            RECORDS,
+            False,
+            "without an unresolved",
+            id="other-link-error",
+        ),
+        pytest.param(
+            1,
+            GNU_UNRESOLVED,
+            [("/b/b.o", 808), ("/b/x.so", 0)],
+            RECORDS,
+            False,
+            "no compiled objects",
+            id="only-stubs-and-placeholders",
+        ),
+        pytest.param(
+            1,
+            GNU_UNRESOLVED,
+            [("/b/a.o", 1)],
+            RECORDS,
+            False,
+            "no compiled objects",
+            id="one-byte-object",
+        ),
+        pytest.param(
+            1,
+            "",
+            OBJECTS,
+            [*RECORDS, {"tu": None, "action": "link-unresolved", "exit": 1, "output": "/b/y.so"}],
+            True,
+            None,
+            id="wrapper-tolerated-link",
+        ),
+        pytest.param(
+            1,
+            GNU_UNRESOLVED,
+            OBJECTS,
+            [*RECORDS, {"tu": "csrc/c.cu", "action": "compile", "exit": 1, "output": "/b/c.o"}],
+            False,
+            "TU compile(s) failed",
+            id="failed-compile-record",
+        ),
+        pytest.param(
+            0,
+            "",
+            OBJECTS,
+            [{"tu": "csrc/c.cu", "action": "passthrough", "exit": 1, "output": "/b/c.o"}],
+            False,
+            "TU compile(s) failed",
+            id="failed-source-mode-compile",
+        ),
+    ],
+)
+def test_shard_gate(
+    exit_code: int,
+    log: str,
+    objects: list[tuple[str, int]],
+    records: list[dict[str, object]],
+    passed: bool,
+    reason: str | None,
+) -> None:
+    result = shard_gate(exit_code, log, objects, records)
+    assert result.passed is passed, result.reasons
+    if reason is None:
+        assert result.reasons == ()
+    else:
+        assert any(reason in text for text in result.reasons), result.reasons
+
+
+def test_gate_counts_actions() -> None:
+    records: list[dict[str, object]] = [
+        *RECORDS,
+        {"tu": None, "action": "probe", "exit": 0},
+        {"tu": "x", "action": "link-probe-rebuild", "exit": 0},
+        {"tu": None, "action": "host-pass", "exit": 0},
+    ]
+    result = shard_gate(0, "", OBJECTS, records)
+    assert (result.compiled, result.stubbed, result.probed) == (2, 1, 1)
+    assert result.actions["host-pass"] == 1
+
+
+def test_failed_probes_do_not_fail_the_gate() -> None:
+    probe = {
+        "tu": "../../tmp/tmpq8w1z/flagcheck.cpp",
+        "action": "probe",
+        "exit": 1,
+        "argv": ["c++", "-c", "flagcheck.cpp", "-o", "flagcheck.o", "-fno-such-flag"],
+        "cwd": "/tmp/tmpq8w1z",
+    }
+    log = (
+        "flagcheck.cpp:1:1: error: expected unqualified-id\n"
+        + GCC_DRIVER
+        + "/b/CMakeFiles/CMakeScratch/TryCompile-ab/src.c:2:3: error: unknown type name\n"
+    )
+    assert shard_gate(0, log, OBJECTS, [*RECORDS, probe]).passed
+    # the same driver error with a real compile failing is not excused
+    failing = {"tu": "csrc/c.cu", "action": "compile", "exit": 1, "output": "/b/c.o"}
+    result = shard_gate(0, log, OBJECTS, [*RECORDS, probe, failing])
+    assert not result.passed
+    assert any("unrecognized command-line option" in text for text in result.reasons)
+    # and a located error in a real source is never a probe's
+    assert not shard_gate(0, GCC_ERROR, OBJECTS, [*RECORDS, probe]).passed
+
+
+def test_find_objects(tmp_path: Path) -> None:
+    (tmp_path / "build" / "sub").mkdir(parents=True)
+    (tmp_path / "build" / "a.o").write_bytes(b"x" * 10)
+    (tmp_path / "build" / "sub" / "b.obj").write_bytes(b"")
+    (tmp_path / "build" / "sub" / "c.cpp").write_text("int c;")
+    (tmp_path / "build" / "dangling.o").symlink_to(tmp_path / "nowhere.o")
+    found = find_objects([tmp_path / "build"])
+    assert found == [
+        (str(tmp_path / "build" / "a.o"), 10),
+        (str(tmp_path / "build" / "sub" / "b.obj"), 0),
+    ]
+
+
+def test_wrapper_log_tolerates_a_torn_last_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "wrapper.jsonl"
+    lines = [json.dumps(record) for record in RECORDS]
+    log.write_text("\n".join(lines) + '\n{"tu": "csrc/z.cu", "action": "comp')
+    assert read_wrapper_log(log) == RECORDS
+    assert "skipped 1" in capsys.readouterr().err
+    assert summarize_wrapper_log(log) == {"compile": 1, "stub": 1, "link": 1}
+    assert read_wrapper_log(tmp_path / "missing.jsonl") == []
+    assert summarize_wrapper_log(tmp_path / "missing.jsonl") == {}

@@ -1,0 +1,99 @@
+"""The source partition: out-of-slice files deleted, the union over shards complete."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wheelkiln.shard.partition import shard_of
+from wheelkiln.shard.source_filter import (
+    apply_source_partition,
+    refuse_double_partition,
+    seat_active_in,
+)
+
+KERNELS = [f"csrc/kernels/gen/k{n:02d}_sm80.cu" for n in range(30)]
+OTHER = ["csrc/api.cpp", "csrc/kernels/common.cuh", "setup.py", "README.md"]
+
+
+def make_tree(root: Path) -> Path:
+    for name in [*KERNELS, *OTHER]:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"// {name}\n")
+    return root
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5])
+def test_union_over_shards_is_every_matched_file_once(tmp_path: Path, count: int) -> None:
+    template = make_tree(tmp_path / "template")
+    kept_by: dict[str, list[int]] = {}
+    for index in range(count):
+        tree = tmp_path / f"shard{index}"
+        shutil.copytree(template, tree)
+        result = apply_source_partition(tree, ["csrc/**/*.cu"], index, count)
+        assert sorted(result.kept + result.deleted) == sorted(KERNELS)
+        assert result.kept == sorted(result.kept)
+        for key in result.kept:
+            assert (tree / key).is_file()
+            assert shard_of(key, count) == index
+            kept_by.setdefault(key, []).append(index)
+        for key in result.deleted:
+            assert not (tree / key).exists()
+        for name in OTHER:  # files no glob matches are never touched
+            assert (tree / name).is_file()
+    assert sorted(kept_by) == sorted(KERNELS)
+    assert all(len(shards) == 1 for shards in kept_by.values())
+
+
+def test_several_globs_and_a_partition_map(tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "tree")
+    forced = {KERNELS[0]: 1, "csrc/api.cpp": 1}
+    result = apply_source_partition(tree, ["csrc/kernels/gen/*.cu", "csrc/*.cpp"], 1, 2, forced)
+    assert KERNELS[0] in result.kept
+    assert "csrc/api.cpp" in result.kept
+    assert len(result.kept) + len(result.deleted) == len(KERNELS) + 1
+
+
+def test_symlinks_are_removed_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.cu"
+    outside.write_text("keep me")
+    tree = tmp_path / "tree"
+    (tree / "csrc").mkdir(parents=True)
+    links = [tree / "csrc" / f"l{n}.cu" for n in range(12)]
+    for link in links:
+        link.symlink_to(outside)
+    result = apply_source_partition(tree, ["csrc/*.cu"], 0, 2)
+    assert result.deleted  # some were out of slice
+    assert outside.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("glob", ["/abs/*.cu", "../*.cu", "csrc/../../x.cu", ""])
+def test_globs_must_stay_inside_the_tree(tmp_path: Path, glob: str) -> None:
+    make_tree(tmp_path)
+    with pytest.raises(ValueError, match="relative to the package tree"):
+        apply_source_partition(tmp_path, [glob], 0, 2)
+
+
+def test_bad_index_or_tree(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="outside"):
+        apply_source_partition(tmp_path, ["*.cu"], 2, 2)
+    with pytest.raises(ValueError, match="not a directory"):
+        apply_source_partition(tmp_path / "missing", ["*.cu"], 0, 2)
+
+
+def test_double_partition_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"1/16 of the TUs") as excinfo:
+        refuse_double_partition(shard_count=4, seat_active=True, source_globs=["csrc/*.cu"])
+    assert "only about 1/4 of the build" in str(excinfo.value)
+    # one mechanism at a time is fine
+    refuse_double_partition(shard_count=4, seat_active=False, source_globs=["csrc/*.cu"])
+    refuse_double_partition(shard_count=4, seat_active=True, source_globs=[])
+
+
+def test_seat_active_in() -> None:
+    assert seat_active_in({"KILN_SHARD_COUNT": "4"})
+    assert not seat_active_in({"KILN_SHARD_COUNT": " "})
+    assert not seat_active_in({})
