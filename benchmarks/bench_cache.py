@@ -33,6 +33,7 @@ def kiln_build(recipe: str, scratch: Path, env: dict[str, str]) -> dict[str, obj
         str(scratch / "work"),
         "--cache-dir",
         str(scratch / "ccache"),
+        "--no-wheel-cache",
     ]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     if done.returncode != 0:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +130,12 @@ def _cache_line(record: dict[str, Any]) -> str:
     "--shards", type=click.IntRange(1, 256), help="Shard the compile N ways locally, then link."
 )
 @click.option(
+    "--filter",
+    "mechanism",
+    type=click.Choice(["seat", "source"]),
+    help="With --shards: the partition mechanism (default: the recipe's).",
+)
+@click.option(
     "--workdir",
     type=click.Path(path_type=Path),
     help="Where job trees are built (default: $KILN_HOME/work).",
@@ -147,6 +155,16 @@ def _cache_line(record: dict[str, Any]) -> str:
     is_flag=True,
     help="Install the wheel in a scratch venv and run the recipe's smoke test.",
 )
+@click.option(
+    "--no-wheel-cache",
+    is_flag=True,
+    help="Build even when the wheel cache holds a wheel for these exact inputs.",
+)
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(0),
+    help="Seconds to wait for another build on this builder (default: wait).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the build record as JSON on stdout.")
 def build(
     recipe_ref: str,
@@ -154,12 +172,15 @@ def build(
     cache_name: str | None,
     out_dir: Path,
     shards: int | None,
+    mechanism: str | None,
     workdir: Path | None,
     cache_dir: Path | None,
     jobs: int | None,
     recache: bool,
     namespace: str | None,
     smoke: bool,
+    no_wheel_cache: bool,
+    lock_timeout: float | None,
     as_json: bool,
 ) -> None:
     """Build one cell of RECIPE (a path, or a name under recipes/) into a wheel.
@@ -183,23 +204,35 @@ def build(
         workdir=workdir,
         jobs=jobs,
     )
-    if shards is not None:
-        from wheelkiln.executors.local import run_sharded
+    with builder_lock(lock_timeout):
+        if shards is not None:
+            from wheelkiln.executors.local import run_sharded
 
-        report = run_sharded(loaded, chosen, options, shards, out_dir=out_dir)
-        if as_json:
-            emit_json(report)
-        return
-    outcome = build_cell(loaded, chosen, options)
-    record = build_record(outcome, kind="build")
-    if outcome.exit_code != 0:
-        tail = "\n".join(outcome.log_text.splitlines()[-25:])
-        raise BuildError(
-            f"Building {chosen.id} failed (exit {outcome.exit_code}). Last lines:\n{tail}",
-            hint=f"Full log: {outcome.log_path}",
-        )
-    check_built_wheel(outcome, loaded, smoke=smoke)
-    record_path = publish(outcome, record, out_dir)
+            report = run_sharded(
+                loaded, chosen, options, shards, out_dir=out_dir, mechanism=mechanism
+            )
+            if as_json:
+                emit_json(report)
+            return
+        use_wheel_cache = not (no_wheel_cache or recache)
+        if use_wheel_cache and _serve_from_wheel_cache(loaded, chosen, options, out_dir, as_json):
+            return
+        outcome = build_cell(loaded, chosen, options)
+        record = build_record(outcome, kind="build")
+        if outcome.exit_code != 0:
+            tail = "\n".join(outcome.log_text.splitlines()[-25:])
+            raise BuildError(
+                f"Building {chosen.id} failed (exit {outcome.exit_code}). Last lines:\n{tail}",
+                hint=f"Full log: {outcome.log_path}",
+            )
+        check_built_wheel(outcome, loaded, smoke=smoke)
+        record_path = publish(outcome, record, out_dir)
+        if use_wheel_cache and outcome.wheel is not None:
+            from wheelkiln.build.wheel_cache import WheelCache, outcome_input_digest
+
+            WheelCache().store(
+                outcome_input_digest(loaded, outcome, options), outcome.wheel.path, record
+            )
     if as_json:
         emit_json(record)
     rows = [
@@ -215,6 +248,59 @@ def build(
     missed = record["cache"]["missed_tus"]
     if missed and record["cache"].get("hits", 0):
         ui.info(f"{len(missed)} TU(s) missed the cache: " + ", ".join(missed[:10]))
+
+
+@contextmanager
+def builder_lock(timeout: float | None) -> Iterator[None]:
+    """One build per builder: wait for (or inherit) the builder lock."""
+    from wheelkiln.bench.lock import BuilderLock, describe
+
+    lock = BuilderLock()
+    if not lock.inherited():
+        lock.acquire(
+            timeout=timeout,
+            on_wait=lambda holder: ui.info(
+                f"Waiting for the builder lock ({describe(holder)}); --lock-timeout limits the wait."
+            ),
+        )
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _serve_from_wheel_cache(
+    loaded: Any, cell: Any, options: Any, out_dir: Path, as_json: bool
+) -> bool:
+    """Copy the wheel of an earlier build with the same input digest, if there is one."""
+    import shutil
+
+    from wheelkiln.build.wheel_cache import WheelCache, plan_input_digest
+
+    digest = plan_input_digest(loaded, cell, options)
+    hit = WheelCache().lookup(digest) if digest else None
+    if hit is None:
+        return False
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / hit.wheel.name
+    shutil.copy2(hit.wheel, target)
+    record = dict(hit.record)
+    record["wheel"] = {**record["wheel"], "path": str(target)}
+    record["wheel_cache"] = {"hit": True, "input_digest": hit.digest}
+    if as_json:
+        emit_json(record)
+    rows = [
+        ("cell", cell.id),
+        ("wheel", str(target)),
+        (
+            "served from",
+            f"the wheel cache (input digest {hit.digest[:16]}…, built "
+            f"{record.get('cached_at', '?')})",
+        ),
+        ("bypass", "--no-wheel-cache rebuilds through the compiler cache"),
+    ]
+    ui.console.print(_summary_table("kiln build", rows))
+    return True
 
 
 def _common_options(
@@ -297,7 +383,8 @@ def shard(
     chosen = select_cell(loaded.recipe, cell)
     total = count or loaded.recipe.sharding.count
     options = _common_options(cache_name, loaded, workdir, jobs, namespace)
-    result = run_shard(loaded, chosen, index, total, out_dir, options, mechanism=mechanism)
+    with builder_lock(None):
+        result = run_shard(loaded, chosen, index, total, out_dir, options, mechanism=mechanism)
     if as_json:
         emit_json(result.record)
     label = shard_label(index, total)
@@ -378,7 +465,8 @@ def link(
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
     options = _common_options(cache_name, loaded, workdir, jobs, namespace)
-    result = run_link(loaded, chosen, shards_dir, out_dir, options, expected_count=count)
+    with builder_lock(None):
+        result = run_link(loaded, chosen, shards_dir, out_dir, options, expected_count=count)
     if as_json:
         emit_json(result.record)
     gate = result.gate
@@ -401,9 +489,59 @@ def link(
         )
 
 
+@cli.command(context_settings=CONTEXT)
+@click.argument("wheel_a", type=click.Path(path_type=Path))
+@click.argument("wheel_b", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def verify(wheel_a: Path, wheel_b: Path, as_json: bool) -> None:
+    """Compare two wheels of the same cell (e.g. sharded and unsharded builds).
+
+    Checks the file lists, every extension module's exported dynamic symbols, and the
+    bytes. Objects that differ only in nvcc's per-process temp names are reported as
+    their own category. Exits non-zero when the wheels are not equivalent.
+    """
+    from wheelkiln.build.compare import compare_wheels
+
+    result = compare_wheels(wheel_a, wheel_b)
+    if as_json:
+        emit_json(result.as_dict())
+    rows = [
+        ("A", str(wheel_a)),
+        ("B", str(wheel_b)),
+        ("files only in A", ", ".join(result.only_in_a) or "none"),
+        ("files only in B", ", ".join(result.only_in_b) or "none"),
+        ("byte-identical", str(len(result.identical))),
+        ("differ only in nvcc temp names", ", ".join(result.nvcc_temp_names_only) or "none"),
+        ("differ only in debug info", ", ".join(result.debug_info_only) or "none"),
+        ("differ", ", ".join(result.differing) or "none"),
+        (
+            "extension modules",
+            f"{result.symbols_checked} checked, "
+            f"{len(result.symbol_differences)} with different exported symbols",
+        ),
+    ]
+    ui.console.print(_summary_table("kiln verify", rows))
+    for name, diff in result.symbol_differences.items():
+        ui.info(
+            f"  {name}: only in A: {', '.join(diff['only_in_a'][:5]) or '-'}; "
+            f"only in B: {', '.join(diff['only_in_b'][:5]) or '-'}"
+        )
+    if not result.equivalent:
+        raise GateError(
+            "The wheels are not equivalent.",
+            hint="Different files or exported symbols mean different builds; differing bytes "
+            "with equal symbols can be a non-deterministic toolchain.",
+        )
+    identical = not (result.nvcc_temp_names_only or result.debug_info_only)
+    verdict = "equivalent" + (" (byte-identical)" if identical else "")
+    ui.info(f"[green]{verdict}[/green]")
+
+
 def _register() -> None:
+    from wheelkiln.bench.commands import bench_group
     from wheelkiln.matrix.commands import ci_group, matrix_command
 
+    cli.add_command(bench_group)
     cli.add_command(matrix_command)
     cli.add_command(ci_group)
 

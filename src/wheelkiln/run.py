@@ -115,7 +115,6 @@ def run_logged(
     """
     resolved = [find_executable(argv[0], env), *argv[1:]]
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cpu_before, _ = _children_usage()
     started = time.perf_counter()
     kept: list[str] = []
     with log_path.open("w", encoding="utf-8") as log:
@@ -139,10 +138,13 @@ def run_logged(
                     sys.stderr.write(line)
                 if on_line is not None:
                     on_line(line.rstrip("\n"))
-            returncode = proc.wait()
+            # wait4 gives this build's own usage (its whole process tree), where
+            # RUSAGE_CHILDREN would mix in every earlier build of this process.
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = returncode = os.waitstatus_to_exitcode(status)
     wall = time.perf_counter() - started
-    cpu_after, peak = _children_usage()
-    return Completed(tuple(argv), returncode, "".join(kept), wall, cpu_after - cpu_before, peak)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Completed(tuple(argv), returncode, "".join(kept), wall, cpu, usage.ru_maxrss * 1024)
 
 
 def start_background(

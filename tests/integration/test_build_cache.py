@@ -25,6 +25,7 @@ def build(kiln: Kiln, recipe: Path, tmp_path: Path, *extra: str, workdir: str = 
         tmp_path / workdir,
         "--cache-dir",
         tmp_path / "ccache",
+        "--no-wheel-cache",
         *extra,
     )
 
@@ -203,6 +204,7 @@ def test_changed_compiler_version_misses(kiln: Kiln, tmp_path: Path) -> None:
         tmp_path / "w",
         "--cache-dir",
         tmp_path / "ccache",
+        "--no-wheel-cache",
         env=env,
     )
     same = kiln.json(
@@ -214,6 +216,7 @@ def test_changed_compiler_version_misses(kiln: Kiln, tmp_path: Path) -> None:
         tmp_path / "w",
         "--cache-dir",
         tmp_path / "ccache",
+        "--no-wheel-cache",
         env=env,
     )
     assert same["cache"]["misses"] == 0 and same["cache"]["hits"] == first["cache"]["total"]
@@ -227,6 +230,7 @@ def test_changed_compiler_version_misses(kiln: Kiln, tmp_path: Path) -> None:
         tmp_path / "w",
         "--cache-dir",
         tmp_path / "ccache",
+        "--no-wheel-cache",
         env=env,
     )
     assert changed["cache"]["hits"] == 0

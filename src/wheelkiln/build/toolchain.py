@@ -21,8 +21,6 @@ from pathlib import Path
 import wheelkiln
 
 SRC_DIR = Path(wheelkiln.__file__).resolve().parent.parent
-LAUNCH_SCRIPT = SRC_DIR / "wheelkiln" / "cache" / "launch.py"
-WRAPPER_SCRIPT = SRC_DIR / "wheelkiln" / "shard" / "wrapper.py"
 
 
 def real_python() -> str:
@@ -57,44 +55,60 @@ def _write_script(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
+def _exec_line(argv: list[str]) -> str:
+    return f'exec {shlex.join(argv)} "$@"'
+
+
 def toolchain_environment(
     launch: Launch, kind: str, bin_dir: Path, *, cuda_home_nvcc: bool = False
 ) -> dict[str, str]:
     """Environment variables (and scripts written into ``bin_dir``) for one build.
 
-    ``kind`` is the build system: 'cmake', 'meson' or 'setuptools'.
+    ``kind`` is the build system: 'cmake', 'meson' or 'setuptools'. CC and CXX are each
+    one executable (a script), never ``launcher gcc``: torch passes ``-ccbin $CC`` to
+    nvcc, which needs a single path.
     """
+    from wheelkiln.cache import launch as cache_launch
+    from wheelkiln.shard import wrapper
+
     bin_dir.mkdir(parents=True, exist_ok=True)
-    python = real_python()
     env: dict[str, str] = {"TORCH_NO_COMPILER_WRAPPER": "1"}
+    host = {
+        "cc": os.environ.get("KILN_HOST_CC", "gcc"),
+        "c++": os.environ.get("KILN_HOST_CXX", "g++"),
+    }
+    seat = bin_dir / "kiln-seat"
+    seat_argv = wrapper.launcher_argv(real_python())
     if launch.seat_wrapper:
-        launcher = bin_dir / "kiln-seat"
-        _write_script(
-            launcher, f'exec {shlex.quote(python)} -S -E {shlex.quote(str(WRAPPER_SCRIPT))} "$@"'
-        )
-        front: str | None = str(launcher)
-    else:
-        front = launch.cache
+        _write_script(seat, _exec_line(seat_argv))
+        for name, compiler in host.items():
+            _write_script(bin_dir / name, _exec_line([*seat_argv, compiler]))
+    elif launch.cache is not None:
+        for name, compiler in host.items():
+            # nvcc's own host passes (-ccbin $CC) compile tmpxft_* temp files: ccache
+            # must wrap nvcc itself, never its host compiler, so those go straight through.
+            _write_script(
+                bin_dir / name,
+                f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n'
+                + _exec_line([launch.cache, compiler]),
+            )
+    front = str(seat) if launch.seat_wrapper else launch.cache
     if front is not None:
         if kind == "cmake":
             for lang in ("C", "CXX", "CUDA"):
                 env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = front
         else:
-            env["CC"] = f"{front} {os.environ.get('KILN_HOST_CC', 'gcc')}"
-            env["CXX"] = f"{front} {os.environ.get('KILN_HOST_CXX', 'g++')}"
+            env["CC"] = str(bin_dir / "cc")
+            env["CXX"] = str(bin_dir / "c++")
     nvcc = find_nvcc()
     if nvcc is None:
         return env
     if kind == "cmake":
         env["CUDACXX"] = nvcc
     if launch.seat_wrapper:
-        shim_body = f'exec {shlex.quote(str(bin_dir / "kiln-seat"))} {shlex.quote(nvcc)} "$@"'
+        shim_body = _exec_line([*seat_argv, nvcc])
     else:
-        cache = shlex.quote(launch.cache or "")
-        shim_body = (
-            f"exec {shlex.quote(python)} -S -E {shlex.quote(str(LAUNCH_SCRIPT))} "
-            f'{cache} {shlex.quote(nvcc)} "$@"'
-        )
+        shim_body = _exec_line([*cache_launch.launcher_argv(real_python()), launch.cache or "", nvcc])
     shim = bin_dir / "nvcc"
     _write_script(shim, shim_body)
     env["PYTORCH_NVCC"] = str(shim)

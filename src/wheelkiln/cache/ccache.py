@@ -21,7 +21,8 @@ from wheelkiln import run
 from wheelkiln.cache.backend import CacheConfig, CacheStats, TUOutcome, find_tool
 
 HIT_KEYS = ("direct_cache_hit", "preprocessed_cache_hit")
-MISS_KEYS = ("cache_miss",)
+MISS_KEYS = ("cache_miss", "recache")
+"""A forced recache compiles and stores like a miss; ccache counts it apart."""
 UNCACHEABLE_KEYS = (
     "autoconf_test",
     "bad_compiler_arguments",

@@ -32,6 +32,7 @@ def _shard_command(
     shards_dir: Path,
     workdir: Path,
     jobs: int,
+    mechanism: str | None,
 ) -> list[str]:
     argv = [
         sys.executable,
@@ -56,6 +57,8 @@ def _shard_command(
     ]
     if options.namespace:
         argv += ["--namespace", options.namespace]
+    if mechanism:
+        argv += ["--filter", mechanism]
     return argv
 
 
@@ -79,6 +82,7 @@ def run_sharded(
     *,
     out_dir: Path,
     parallel: int | None = None,
+    mechanism: str | None = None,
 ) -> dict[str, Any]:
     workdir = (options.workdir or default_workdir()).resolve()
     shards_dir = workdir / f"{cell.id}-shards-{count}"
@@ -97,7 +101,7 @@ def run_sharded(
         futures = {
             pool.submit(
                 run.run,
-                _shard_command(loaded, cell, options, i, count, shards_dir, workdir, jobs),
+                _shard_command(loaded, cell, options, i, count, shards_dir, workdir, jobs, mechanism),
                 check=False,
             ): i
             for i in range(count)

@@ -1,0 +1,218 @@
+"""``kiln bench TARGET --scenario ...`` and ``kiln bench report``.
+
+``kiln bench TARGET`` is short for ``kiln bench run TARGET``: the group treats a first
+argument that is not one of its commands as the target of ``run``. (A recipe that is
+itself called ``report`` or ``run`` is reached with ``kiln bench run NAME``.)
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from wheelkiln import ui
+from wheelkiln.bench.scenarios import SCENARIO_SETS
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+class _DefaultRunGroup(click.Group):
+    """A group whose unknown first argument is the TARGET of its ``run`` command."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage(
+            ctx.command_path, "TARGET [--scenario ...] [OPTIONS]  |  report [OPTIONS]"
+        )
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+@click.group("bench", cls=_DefaultRunGroup, context_settings=CONTEXT, no_args_is_help=True)
+def bench_group() -> None:
+    """Benchmark one target under four nested cache conditions, and report medians.
+
+    \b
+      kiln bench TARGET --scenario cold|warm|hot|frozen|all|everything [OPTIONS]
+      kiln bench report [--format md|json|html] [--target NAME] [--out FILE]
+
+    frozen ⊃ cold ⊃ warm ⊃ hot: cold is a fresh cache namespace with forced recache;
+    warm moves SOURCE_DATE_EPOCH and must hit the cache for every TU (else it fails and
+    names the TUs); hot has the same inputs and records all-hits (or wheel-cache with
+    --wheel-cache); frozen also empties build environments and pip's cache (needs
+    --destructive). Results are JSON lines in $KILN_STATE_HOME/results.jsonl.
+
+    One build per builder: while another build holds the builder lock, the bench says
+    who holds it and exits 0 (safe from cron).
+    """
+
+
+@bench_group.command(
+    "run", context_settings=CONTEXT, short_help="Bench TARGET (also: kiln bench TARGET)."
+)
+@click.argument("target")
+@click.option(
+    "--scenario", "-s", "scenarios", multiple=True, default=("all",), show_default=True,
+    type=click.Choice(list(SCENARIO_SETS)),
+    help="Cache condition(s); repeatable. all = cold, warm, hot; everything = frozen + all.",
+)
+@click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
+@click.option("--jobs", "-j", type=click.IntRange(1),
+              help="Parallel compile jobs (part of every result's key).")
+@click.option("--repeat", "-r", type=click.IntRange(1), default=1, show_default=True,
+              help="Run the chosen scenarios this many times (medians need n > 1).")
+@click.option("--shards", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Bench a local N-way sharded build (cold/frozen only).")
+@click.option("--store", "store_path", type=click.Path(path_type=Path),
+              help="Results store (default: $KILN_STATE_HOME/results.jsonl).")
+@click.option("--destructive", is_flag=True,
+              help="Allow frozen: delete every build environment and pip's cache.")
+@click.option("--wheel-cache", is_flag=True,
+              help="Also record a hot run served whole from the wheel cache.")
+@click.option("--cache", "cache_name", type=click.Choice(["ccache", "sccache"]),
+              help="Compiler cache (default: the recipe's).")
+@click.option("--cache-dir", type=click.Path(path_type=Path),
+              help="The bench's own compiler cache (default: $KILN_HOME/bench-cache/<cache>).")
+@click.option("--workdir", type=click.Path(path_type=Path), help="Where job trees are built.")
+@click.option("--builder", help="Builder name in the records (default: the host name).")
+@click.option("--json", "as_json", is_flag=True, help="Print this run's records as JSON on stdout.")
+def bench_run(
+    target: str, scenarios: tuple[str, ...], cell: str | None, jobs: int | None, repeat: int,
+    shards: int, store_path: Path | None, destructive: bool, wheel_cache: bool,
+    cache_name: str | None, cache_dir: Path | None, workdir: Path | None, builder: str | None,
+    as_json: bool,
+) -> None:
+    """Build TARGET (a recipe name or path) under the chosen cache conditions.
+
+    One record per build is appended to the results store. A warm or hot run that
+    misses the cache fails (exit 5) after every scenario has run, naming the TUs.
+    """
+    from wheelkiln.bench.lock import describe
+    from wheelkiln.bench.scenarios import BenchSettings, expand_scenarios, run_bench
+    from wheelkiln.errors import BuildError, GateError
+    from wheelkiln.matrix.cells import select_cell
+    from wheelkiln.recipe.load import find_recipe
+
+    settings = BenchSettings(
+        scenarios=expand_scenarios(scenarios), jobs=jobs, repeat=repeat, shards=shards,
+        store_path=store_path, destructive=destructive, wheel_cache=wheel_cache,
+        cache=cache_name, cache_dir=cache_dir, workdir=workdir, builder=builder,
+    )
+    loaded = find_recipe(target)
+    chosen = select_cell(loaded.recipe, cell)
+    result = run_bench(loaded, chosen, settings)
+    if result.status == "busy":
+        # One unwrapped line: cron mails and logs get greppable text.
+        ui.console.print(
+            f"Not benchmarking {chosen.id}: another build holds the builder lock "
+            f"{result.lock_path}: {describe(result.holder)}. Nothing was run or recorded; "
+            "exiting 0 (one build per builder keeps timings honest; try again later).",
+            soft_wrap=True, markup=False, highlight=False,
+        )
+        if as_json:
+            _emit_json({"status": "busy", "holder": result.holder, "lock": str(result.lock_path)})
+        return
+    if result.records:
+        ui.console.print(_run_table(chosen.id, result.records))
+    ui.info(f"{len(result.records)} record(s) appended to {result.store_path}")
+    if as_json:
+        _emit_json({
+            "status": "aborted" if result.aborted else ("failed" if result.failures else "ok"),
+            "run_id": result.run_id, "store": str(result.store_path),
+            "records": result.records, "failures": result.failures, "aborted": result.aborted,
+        })
+    if result.aborted:
+        raise BuildError(
+            f"The bench of {chosen.id} stopped: {result.aborted}",
+            hint="Fix the build (`kiln build` shows the same failure), then bench again.",
+        )
+    if result.failures:
+        raise GateError(
+            "The bench of " + chosen.id + " failed:\n- " + "\n- ".join(result.failures),
+            hint="Failed runs are recorded with status 'failed' and left out of every median.",
+        )
+
+
+def _run_table(cell_id: str, records: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"kiln bench {cell_id}", title_justify="left")
+    for column in ("scenario", "#", "status", "wall", "build", "CPU", "hits", "misses"):
+        left = column in ("scenario", "status")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True)
+    for record in records:
+        cache = record.get("cache", {})
+        kind = record.get("hot_kind")
+        table.add_row(
+            record["scenario"] + (f" ({kind})" if kind else ""), str(record["repeat"] + 1),
+            "[green]ok[/green]" if record["status"] == "ok" else "[red]failed[/red]",
+            f"{record['step_wall_seconds']:.1f} s", f"{record.get('wall_seconds', 0):.1f} s",
+            f"{record['user_seconds'] + record['sys_seconds']:.1f} s",
+            str(cache.get("hits", "–")), str(cache.get("misses", "–")),
+        )
+    return table
+
+
+@bench_group.command(
+    "report", context_settings=CONTEXT, short_help="Medians, n, min–max and ratios (md|json|html)."
+)
+@click.option("--format", "fmt", type=click.Choice(["md", "json", "html"]), default="md",
+              show_default=True,
+              help="Markdown tables for docs, JSON, or an HTML page plotting every run.")
+@click.option("--target", "targets", multiple=True,
+              help="Only this target (package name or cell id); repeatable.")
+@click.option("--store", "store_path", type=click.Path(path_type=Path),
+              help="Results store (default: $KILN_STATE_HOME/results.jsonl).")
+@click.option("--out", "out_path", type=click.Path(path_type=Path),
+              help="Write the report to this file instead of stdout.")
+def bench_report(
+    fmt: str, targets: tuple[str, ...], store_path: Path | None, out_path: Path | None
+) -> None:
+    """Medians with n and min–max per (target, builder, arch, jobs, shards, scenario),
+    and ratios between scenarios of one key only.
+
+    Skipped lines (a torn last line from an interrupted writer) are warned about on
+    stderr; the report still renders.
+    """
+    from wheelkiln.bench import store
+
+    path = store_path or store.default_store_path()
+    with store.paused_gc(freeze=True):  # a command about to exit: see paused_gc
+        text = produce_report(path, targets, fmt)
+    if out_path is not None:
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(text, encoding="utf-8")
+        ui.info(f"Wrote {out_path}")
+    else:
+        click.echo(text, nl=False)
+
+
+def produce_report(path: Path, targets: tuple[str, ...] | list[str], fmt: str) -> str:
+    """What ``kiln bench report`` prints: read the store, select, summarize, render.
+    Warnings about skipped lines go to stderr. (benchmarks/bench_report.py times this.)"""
+    from wheelkiln.bench import store
+    from wheelkiln.bench.report import render_html, render_json, render_markdown
+    from wheelkiln.bench.stats import select, summarize
+
+    records, warnings = store.read(path)
+    for warning in warnings:
+        ui.warn(warning)
+    chosen = select(records, targets)
+    if targets and not chosen:
+        known = sorted({str(r.get("target")) for r in records})
+        ui.warn(f"no records for {', '.join(targets)} in {path}"
+                + (f" (targets there: {', '.join(known)})" if known else ""))
+    summary = summarize(chosen)
+    if fmt == "json":
+        return render_json(summary, source=str(path), warnings=warnings)
+    if fmt == "html":
+        return render_html(summary, source=str(path))
+    return render_markdown(summary, source=str(path))

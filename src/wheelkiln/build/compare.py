@@ -1,0 +1,121 @@
+"""Comparing two wheels of the same cell: file lists, exported symbols, bytes.
+
+Debug information records the directory each object was compiled in, and shard jobs
+compile in other trees than an unsharded build: extension modules equal once their
+debug sections are stripped form a second category.
+
+nvcc embeds a per-process temporary name (``tmpxft_<pid>_<n>``) in every object it
+writes, so two separate compiles of the same CUDA source differ by a few bytes. Such a
+difference is its own category, not a failure: after the temp names are normalised
+the bytes are equal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from wheelkiln import run
+from wheelkiln.build.wheel import is_extension
+from wheelkiln.errors import UsageError
+
+NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}(-\d+)?")
+DERIVED = re.compile(r"\.dist-info/RECORD$")
+
+
+@dataclass
+class WheelComparison:
+    only_in_a: list[str] = field(default_factory=list)
+    only_in_b: list[str] = field(default_factory=list)
+    identical: list[str] = field(default_factory=list)
+    nvcc_temp_names_only: list[str] = field(default_factory=list)
+    debug_info_only: list[str] = field(default_factory=list)
+    differing: list[str] = field(default_factory=list)
+    symbol_differences: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    symbols_checked: int = 0
+
+    @property
+    def equivalent(self) -> bool:
+        return not (self.only_in_a or self.only_in_b or self.differing or self.symbol_differences)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "equivalent": self.equivalent,
+            "only_in_a": self.only_in_a,
+            "only_in_b": self.only_in_b,
+            "identical": len(self.identical),
+            "nvcc_temp_names_only": self.nvcc_temp_names_only,
+            "debug_info_only": self.debug_info_only,
+            "differing": self.differing,
+            "symbol_differences": self.symbol_differences,
+            "extension_modules_checked": self.symbols_checked,
+        }
+
+
+def exported_symbols(data: bytes) -> set[str]:
+    """Defined dynamic symbols of a shared object (``nm -D --defined-only``)."""
+    with tempfile.NamedTemporaryFile(suffix=".so") as handle:
+        handle.write(data)
+        handle.flush()
+        output = run.run(["nm", "-D", "--defined-only", "--format=posix", handle.name]).output
+    return {line.split()[0] for line in output.splitlines() if line.strip()}
+
+
+def _without_debug_info(data: bytes) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="kiln-verify-") as tmp:
+        source, stripped = Path(tmp) / "in.so", Path(tmp) / "out.so"
+        source.write_bytes(data)
+        run.run(["strip", "--strip-debug", "-o", str(stripped), str(source)])
+        return stripped.read_bytes()
+
+
+def _normalized(data: bytes) -> bytes:
+    return NVCC_TEMP_NAME.sub(b"tmpxft", data)
+
+
+def _read(path: Path) -> dict[str, bytes]:
+    if not path.is_file():
+        raise UsageError(f"{path}: no such wheel.", hint="Give the paths of two .whl files.")
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            return {name: wheel.read(name) for name in wheel.namelist() if not name.endswith("/")}
+    except zipfile.BadZipFile:
+        raise UsageError(
+            f"{path}: not a wheel (not a zip archive).", hint="Give a .whl file."
+        ) from None
+
+
+def compare_wheels(wheel_a: Path, wheel_b: Path) -> WheelComparison:
+    a, b = _read(wheel_a), _read(wheel_b)
+    result = WheelComparison(only_in_a=sorted(set(a) - set(b)), only_in_b=sorted(set(b) - set(a)))
+    for name in sorted(set(a) & set(b)):
+        if DERIVED.search(name):
+            continue
+        if a[name] == b[name]:
+            result.identical.append(name)
+        elif _normalized(a[name]) == _normalized(b[name]):
+            result.nvcc_temp_names_only.append(name)
+        elif is_extension(name) and _normalized(_without_debug_info(a[name])) == _normalized(
+            _without_debug_info(b[name])
+        ):
+            # Debug info names the directory each object was compiled in: shards and
+            # unsharded builds compile in different trees.
+            result.debug_info_only.append(name)
+        else:
+            result.differing.append(name)
+        if is_extension(name):
+            result.symbols_checked += 1
+            if hashlib.sha256(a[name]).digest() == hashlib.sha256(b[name]).digest():
+                continue
+            sym_a, sym_b = exported_symbols(a[name]), exported_symbols(b[name])
+            if sym_a != sym_b:
+                result.symbol_differences[name] = {
+                    "only_in_a": sorted(sym_a - sym_b)[:50],
+                    "only_in_b": sorted(sym_b - sym_a)[:50],
+                }
+    return result

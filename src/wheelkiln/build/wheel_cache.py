@@ -1,0 +1,239 @@
+"""A wheel cache keyed by a cell's input digest: identical inputs skip the whole build.
+
+The input digest covers everything that can change the wheel's bytes: the source tree
+(content digest), the recipe (its full validated model), the cell, the build
+environment (its key, which names the interpreter, and its ``pip freeze``), the tool
+versions (compiler, nvcc, cmake, cache, wheelkiln) and the build-affecting environment
+variables, ``SOURCE_DATE_EPOCH`` among them (it sets the timestamps inside the wheel).
+Missing one of these would serve a wheel built from other inputs, so the list errs on
+the side of including.
+
+Entries are ``ROOT/<2 hex>/<digest>/`` holding the wheel under its own file name and
+``record.json`` (the build record, plus ``input_digest``). An entry is written in a
+temporary directory and renamed into place, so a reader sees a whole entry or none; a
+lookup checks the wheel's sha256 against the record and drops an entry that does not
+match instead of serving it.
+
+Only full builds belong here: a shard job's wheel (stub objects) never does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from wheelkiln.build.source import sha256_file
+from wheelkiln.paths import wheel_cache_dir
+
+if TYPE_CHECKING:
+    from wheelkiln.build.cell import BuildOptions, BuildOutcome
+    from wheelkiln.build.environment import BuildEnvironment
+    from wheelkiln.matrix.cells import Cell
+    from wheelkiln.recipe.load import LoadedRecipe
+
+DIGEST_VERSION = 1
+"""Bumped when what goes into the digest changes, so old entries stop matching."""
+
+BUILD_AFFECTING_ENV = (
+    "ARCHFLAGS",
+    "CC",
+    "CFLAGS",
+    "CMAKE_ARGS",
+    "CMAKE_GENERATOR",
+    "CPPFLAGS",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "CUDAARCHS",
+    "CUDACXX",
+    "CUDAFLAGS",
+    "CXX",
+    "CXXFLAGS",
+    "LDFLAGS",
+    "MACOSX_DEPLOYMENT_TARGET",
+    "NVCC_APPEND_FLAGS",
+    "NVCC_FLAGS",
+    "NVCC_PREPEND_FLAGS",
+    "NVCC_THREADS",
+    "SOURCE_DATE_EPOCH",
+    "TORCH_CUDA_ARCH_LIST",
+    "_PYTHON_HOST_PLATFORM",
+)
+"""Environment variables read by compilers and build backends that change the output."""
+
+
+def build_affecting_env(
+    environ: Mapping[str, str], *, source_date_epoch: int, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The part of an environment that goes into the input digest."""
+    chosen = {name: environ[name] for name in BUILD_AFFECTING_ENV if name in environ}
+    chosen.update(extra or {})
+    chosen["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
+    return chosen
+
+
+def input_digest(
+    source_digest: str,
+    recipe_json: str,
+    cell_id: str,
+    build_env_freeze: str,
+    tool_versions: Mapping[str, str],
+    env: Mapping[str, str],
+) -> str:
+    """sha256 over every input of one cell's build (canonical JSON, sorted keys)."""
+    blob = json.dumps(
+        {
+            "version": DIGEST_VERSION,
+            "source": source_digest,
+            "recipe": recipe_json,
+            "cell": cell_id,
+            "build_env": build_env_freeze,
+            "tools": dict(tool_versions),
+            "env": dict(env),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _cell_digest(
+    loaded: LoadedRecipe,
+    cell: Cell,
+    options: BuildOptions,
+    source_digest: str,
+    environment: BuildEnvironment,
+    versions: Mapping[str, str],
+) -> str:
+    recipe = loaded.recipe
+    env = {**os.environ, **recipe.build.env}
+    if cell.arch_list and "TORCH_CUDA_ARCH_LIST" not in env:
+        env["TORCH_CUDA_ARCH_LIST"] = ";".join(cell.arch_list)
+    return input_digest(
+        source_digest,
+        recipe.model_dump_json(),
+        cell.id,
+        f"{environment.path.name}\n{environment.frozen()}",
+        versions,
+        build_affecting_env(
+            env, source_date_epoch=options.source_date_epoch, extra=options.extra_env
+        ),
+    )
+
+
+def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> str | None:
+    """The input digest ``build_cell(loaded, cell, options)`` will have, before it runs.
+
+    Uses what the build will use: the pristine source's digest (the build's private
+    copy leaves out the same build leftovers), the stable build environment for this
+    cell, and the tool versions. ``None`` when that environment does not exist yet:
+    making it here would run the backend's hooks in the pristine tree (for a local
+    source, the user's checkout), so the caller builds, and stores the wheel under
+    :func:`outcome_input_digest` afterwards.
+    """
+    from wheelkiln.build.cell import make_cache, tool_versions
+    from wheelkiln.build.environment import (
+        BuildEnvironment,
+        environment_key,
+        interpreter_for,
+        read_build_system,
+    )
+    from wheelkiln.build.source import fetch_source, source_digest
+    from wheelkiln.paths import default_workdir, envs_dir, sources_dir
+
+    if options.prepare_tree is not None or options.seat_wrapper:
+        raise ValueError("shard jobs (prepare_tree / seat wrapper) must not use the wheel cache")
+    recipe = loaded.recipe
+    pristine = fetch_source(loaded, sources_dir())
+    extra_requires = list(recipe.build.requires)
+    if recipe.build.frontend == "build":
+        extra_requires.append("build")
+    requirements = (*read_build_system(pristine).requires, *extra_requires)
+    key = environment_key(interpreter_for(cell.python), requirements)
+    environment = BuildEnvironment(envs_dir() / key, requirements)
+    if not (environment.path / "kiln-env.json").is_file():
+        return None
+    workdir = (options.workdir or default_workdir()).resolve()
+    versions = tool_versions(make_cache(loaded, options, workdir, workdir))
+    return _cell_digest(loaded, cell, options, source_digest(pristine), environment, versions)
+
+
+def outcome_input_digest(loaded: LoadedRecipe, outcome: BuildOutcome, options: BuildOptions) -> str:
+    """The input digest of a finished build (to store its wheel under)."""
+    return _cell_digest(
+        loaded, outcome.cell, options, outcome.source_digest, outcome.environment, outcome.versions
+    )
+
+
+@dataclass(frozen=True)
+class CachedWheel:
+    """A wheel served from the cache, with the record of the build that made it."""
+
+    digest: str
+    wheel: Path
+    record: dict[str, Any]
+
+
+class WheelCache:
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or wheel_cache_dir()
+
+    def entry(self, digest: str) -> Path:
+        if len(digest) < 8 or not all(c in "0123456789abcdef" for c in digest):
+            raise ValueError(f"not an input digest: {digest!r}")
+        return self.root / digest[:2] / digest
+
+    def lookup(self, digest: str) -> CachedWheel | None:
+        """The cached wheel for ``digest``, or ``None``. A damaged entry is dropped."""
+        entry = self.entry(digest)
+        try:
+            record = json.loads((entry / "record.json").read_text(encoding="utf-8"))
+            wheel = entry / record["wheel"]["name"]
+            expected = record["wheel"]["sha256"]
+        except (OSError, ValueError, KeyError, TypeError):
+            if entry.exists():
+                shutil.rmtree(entry, ignore_errors=True)
+            return None
+        if not wheel.is_file() or sha256_file(wheel) != expected:
+            shutil.rmtree(entry, ignore_errors=True)
+            return None
+        return CachedWheel(digest, wheel, record)
+
+    def store(self, digest: str, wheel_path: Path, record: Mapping[str, Any]) -> CachedWheel:
+        """Keep ``wheel_path`` and its build record under ``digest`` (atomically)."""
+        entry = self.entry(digest)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=entry.parent))
+        try:
+            kept = staging / wheel_path.name
+            shutil.copy2(wheel_path, kept)
+            stored = json.loads(json.dumps(dict(record), default=str))
+            wheel_facts = dict(stored.get("wheel") or {})
+            wheel_facts.update(
+                {"name": wheel_path.name, "sha256": sha256_file(kept), "size": kept.stat().st_size}
+            )
+            wheel_facts.pop("path", None)
+            stored["wheel"] = wheel_facts
+            stored["input_digest"] = digest
+            stored["cached_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            text = json.dumps(stored, indent=2, sort_keys=True) + "\n"
+            (staging / "record.json").write_text(text, encoding="utf-8")
+            try:
+                staging.rename(entry)
+            except OSError:
+                # Same inputs were stored meanwhile (or a stale entry is in the way).
+                existing = self.lookup(digest)
+                if existing is not None:
+                    return existing
+                shutil.rmtree(entry, ignore_errors=True)
+                staging.rename(entry)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return CachedWheel(digest, entry / wheel_path.name, stored)

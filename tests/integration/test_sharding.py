@@ -1,0 +1,265 @@
+"""Sharded builds end to end: shards hand over a cache, the link job sees zero misses,
+and the wheel is equivalent to an unsharded build. Real compilers, real ccache."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Kiln, copy_example, expected_checksum, recipe_for
+from wheelkiln.shard.partition import shard_of, tu_key
+
+pytestmark = pytest.mark.compile
+
+
+def sharded(kiln: Kiln, recipe: Path, tmp_path: Path, count: int, *extra: str) -> dict[str, Any]:
+    return kiln.json("build", recipe, "--shards", str(count), "--out", tmp_path / f"out-{count}",
+                     "--workdir", tmp_path / "work", *extra)
+
+
+def exported(wheel: str) -> dict[str, set[str]]:
+    import zipfile
+
+    symbols: dict[str, set[str]] = {}
+    with zipfile.ZipFile(wheel) as archive:
+        for name in archive.namelist():
+            if name.endswith(".so"):
+                data = archive.read(name)
+                path = Path(wheel).with_suffix(".tmp.so")
+                path.write_bytes(data)
+                out = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", str(path)],
+                                     capture_output=True, text=True, check=True).stdout
+                symbols[name] = {line.split()[0] for line in out.splitlines() if line}
+                path.unlink()
+    return symbols
+
+
+@pytest.fixture(scope="module")
+def kernels_reference(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> dict[str, Any]:
+    """demo-kernels built once unsharded: the wheel every sharded build must match."""
+    tmp = tmp_path_factory.mktemp("kernels-ref")
+    tree = copy_example("demo-kernels", tmp)
+    recipe = recipe_for(tree, "demo-kernels", tmp)
+    kiln = Kiln(kiln_home, tmp / "state")
+    record = kiln.json("build", recipe, "--out", tmp / "out", "--workdir", tmp / "work",
+                       "--cache-dir", tmp / "ccache", "--no-wheel-cache")
+    return {"tree": tree, "recipe": recipe, "record": record, "kiln": kiln, "tmp": tmp}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("count", [1, 2, 4, 7])
+def test_demo_kernels_sharded_links_with_zero_misses(
+    kernels_reference: dict[str, Any], tmp_path: Path, installed, count: int
+) -> None:
+    kiln: Kiln = kernels_reference["kiln"]
+    report = sharded(kiln, kernels_reference["recipe"], tmp_path, count)
+    link = report["link"]
+    assert link["cache"]["misses"] == 0
+    assert link["cache"]["hits"] == link["cache"]["total"] == kernels_reference["record"]["cache"]["total"]
+    # Configure succeeded in every shard: CMake's probes were never stubbed, and families
+    # that are empty in a shard are skipped by their if(TARGET ...) guards.
+    assert len(report["shards"]) == count
+    assert all(s["shard"]["gate"]["passed"] for s in report["shards"])
+    compiled = sum(s["shard"]["actions"].get("compile", 0) for s in report["shards"])
+    assert compiled == 26, "every TU (24 kernels, dispatcher, module) compiled in exactly one shard"
+    # CMake's try_compile probes run for real in every shard and are cached like TUs.
+    probes = {s["shard"]["actions"].get("probe", 0) for s in report["shards"]}
+    assert len(probes) == 1 and compiled + probes.pop() == link["cache"]["total"]
+    answer = installed(link["wheel"]["path"], "import demo_kernels; print(demo_kernels.checksum())")
+    assert int(answer) == expected_checksum(kernels_reference["tree"])
+    assert exported(link["wheel"]["path"]) == exported(kernels_reference["record"]["wheel"]["path"])
+    verdict = json.loads(kiln("verify", link["wheel"]["path"], kernels_reference["record"]["wheel"]["path"],
+                              "--json").stdout)
+    assert verdict["equivalent"], verdict
+
+
+@pytest.mark.parametrize("mechanism", ["source", "seat"])
+def test_demo_cpp_sharded_equivalent_to_unsharded(kiln: Kiln, tmp_path: Path, installed, mechanism: str) -> None:
+    tree = copy_example("demo-cpp", tmp_path)
+    recipe = recipe_for(tree, "demo-cpp", tmp_path)
+    reference = kiln.json("build", recipe, "--out", tmp_path / "ref", "--workdir", tmp_path / "refwork",
+                          "--cache-dir", tmp_path / "refcache", "--no-wheel-cache")
+    report = sharded(kiln, recipe, tmp_path, 3, "--filter", mechanism)
+    link = report["link"]
+    assert link["cache"]["misses"] == 0 and link["cache"]["total"] == reference["cache"]["total"]
+    answer = installed(link["wheel"]["path"], "import demo_cpp; print(demo_cpp.checksum())")
+    assert int(answer) == expected_checksum(tree)
+    verdict = json.loads(kiln("verify", link["wheel"]["path"], reference["wheel"]["path"], "--json").stdout)
+    assert verdict["equivalent"], verdict
+    assert not verdict["symbol_differences"]
+
+
+def _owner(tree: Path, relative: str, count: int) -> int:
+    return shard_of(tu_key(tree / relative, tree), count)
+
+
+def test_compile_error_fails_its_shard(kiln: Kiln, tmp_path: Path) -> None:
+    tree = copy_example("demo-cpp", tmp_path)
+    broken = "csrc/generated/core/core_t03.cpp"
+    path = tree / broken
+    path.write_text(path.read_text() + "\nint broken( { return 0; }\n")
+    recipe = recipe_for(tree, "demo-cpp", tmp_path)
+    index = _owner(tree, broken, 3)
+    result = kiln("shard", recipe, "--index", str(index), "--count", "3", "--filter", "seat",
+                  "--out", tmp_path / "shards", "--workdir", tmp_path / "work", check=False)
+    assert result.returncode == 5, result.stderr
+    assert f"shard {index + 1}/3 of demo-cpp-py3.11-linux-x86_64 failed its gate" in result.stderr
+    assert "core_t03.cpp" in result.stderr
+    assert not list((tmp_path / "shards").glob("*.tar.gz")), "a failed shard packs no archive"
+
+
+def _shard_all(kiln: Kiln, recipe: Path, tmp_path: Path, count: int, shards: Path, workdir: str = "work") -> None:
+    for index in range(count):
+        kiln("shard", recipe, "--index", str(index), "--count", str(count), "--filter", "seat",
+             "--out", shards, "--workdir", tmp_path / workdir)
+
+
+def test_missing_shard_still_links_and_fails_naming_it(kiln: Kiln, tmp_path: Path) -> None:
+    tree = copy_example("demo-cpp", tmp_path)
+    recipe = recipe_for(tree, "demo-cpp", tmp_path)
+    shards = tmp_path / "shards"
+    _shard_all(kiln, recipe, tmp_path, 3, shards)
+    (shards / "demo-cpp-py3.11-linux-x86_64-shard-1-of-3.tar.gz").unlink()
+    result = kiln("link", recipe, "--shards", shards, "--count", "3", "--out", tmp_path / "dist",
+                  "--workdir", tmp_path / "work", check=False)
+    assert result.returncode == 5
+    assert "shard 2/3 is missing" in result.stderr
+    assert "cache miss(es)" in result.stderr
+    wheels = list((tmp_path / "dist").glob("*.whl"))
+    assert len(wheels) == 1, "the self-healed wheel is kept"
+
+
+def test_shard_from_other_arch_list_is_named_not_merged(kiln: Kiln, tmp_path: Path) -> None:
+    tree = copy_example("demo-cpp", tmp_path)
+    lane = '\n[[matrix.cuda]]\nversion = "13.0"\narch_list = ["{}"]\n'
+    recipes = {}
+    for arch in ("8.0", "9.0"):
+        where = tmp_path / f"recipe-{arch}"
+        where.mkdir()
+        recipes[arch] = recipe_for(tree, "demo-cpp", where,
+                                   **{"links_torch = false\n": "links_torch = false\n" + lane.format(arch)})
+    recipe_80, recipe_90 = recipes["8.0"], recipes["9.0"]
+    shards = tmp_path / "shards"
+    kiln("shard", recipe_80, "--index", "0", "--count", "2", "--filter", "seat", "--out", shards,
+         "--workdir", tmp_path / "work")
+    kiln("shard", recipe_90, "--index", "1", "--count", "2", "--filter", "seat", "--out", shards,
+         "--workdir", tmp_path / "work")
+    result = kiln("link", recipe_80, "--shards", shards, "--out", tmp_path / "dist",
+                  "--workdir", tmp_path / "work", check=False)
+    assert result.returncode == 5
+    assert "shard 2/2 was built with a different toolchain (arch_list: shard has ['9.0'], " \
+           "link job has ['8.0']); not merged" in result.stderr.replace("\n", " ").replace("  ", " ")
+
+
+def test_tampered_archive_is_rejected_by_link(kiln: Kiln, tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    tree = copy_example("demo-cpp", tmp_path)
+    recipe = recipe_for(tree, "demo-cpp", tmp_path)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    archive = shards / "demo-cpp-py3.11-linux-x86_64-shard-0-of-1.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        blob = json.dumps({"cell": "demo-cpp-py3.11-linux-x86_64", "toolchain": {}}).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(blob)
+        tar.addfile(info, io.BytesIO(blob))
+        evil = tarfile.TarInfo("cache/../../escaped")
+        evil.size = 1
+        tar.addfile(evil, io.BytesIO(b"x"))
+    result = kiln("link", recipe, "--shards", shards, "--out", tmp_path / "dist", "--workdir",
+                  tmp_path / "work", check=False)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "work" / "escaped").exists()
+
+
+PROBE_PACKAGE = {
+    "pyproject.toml": """
+[build-system]
+requires = ["setuptools>=64"]
+build-backend = "setuptools.build_meta"
+[project]
+name = "probepkg"
+version = "0.1"
+""",
+    # Like pycryptodome's setup.py: compile a toolchain probe under a name no list knows
+    # and link it into an executable, then build several extensions one after another.
+    "setup.py": '''
+import os, subprocess, sys
+from setuptools import setup, Extension
+from setuptools.command.build_ext import build_ext
+
+class Build(build_ext):
+    def run(self):
+        cc = os.environ.get("CC", "cc").split()
+        os.makedirs("build", exist_ok=True)
+        with open("build/test1.c", "w") as f:
+            f.write("int main(void) { return 0; }\\n")
+        subprocess.check_call(cc + ["-c", "build/test1.c", "-o", "build/test1.o"])
+        subprocess.check_call(cc + ["build/test1.o", "-o", "build/test1"])
+        subprocess.check_call(["build/test1"])
+        super().run()
+
+exts = [Extension(f"probepkg.m{i}", [f"src/m{i}.c", f"src/part{i}a.c", f"src/part{i}b.c"],
+                  extra_compile_args=["-fvisibility=hidden"]) for i in range(4)]
+setup(packages=["probepkg"], package_dir={"": "src"}, ext_modules=exts, cmdclass={"build_ext": Build})
+''',
+}
+
+
+def _probe_package(root: Path) -> Path:
+    tree = root / "probepkg"
+    (tree / "src" / "probepkg").mkdir(parents=True)
+    for name, text in PROBE_PACKAGE.items():
+        (tree / name).write_text(text)
+    (tree / "src" / "probepkg" / "__init__.py").write_text("")
+    for i in range(4):
+        for part in "ab":
+            (tree / "src" / f"part{i}{part}.c").write_text(
+                f'__attribute__((visibility("hidden"))) long part{i}{part}(void) {{ return {i * 10 + ord(part)}; }}\n')
+        (tree / "src" / f"m{i}.c").write_text(f"""
+#include <Python.h>
+__attribute__((visibility("hidden"))) long part{i}a(void);
+__attribute__((visibility("hidden"))) long part{i}b(void);
+static PyObject *value(PyObject *s, PyObject *a) {{ return PyLong_FromLong(part{i}a() + part{i}b()); }}
+static PyMethodDef methods[] = {{{{"value", value, METH_NOARGS, ""}}, {{0}}}};
+static struct PyModuleDef mod = {{PyModuleDef_HEAD_INIT, "m{i}", 0, -1, methods}};
+__attribute__((visibility("default"))) PyMODINIT_FUNC PyInit_m{i}(void) {{ return PyModule_Create(&mod); }}
+""")
+    return tree
+
+
+def test_unlisted_toolchain_probe_and_sequential_extensions(kiln: Kiln, tmp_path: Path, installed) -> None:
+    tree = _probe_package(tmp_path)
+    recipe = tmp_path / "probepkg.toml"
+    recipe.write_text(f'name = "probepkg"\n[source]\npath = "{tree}"\n[sharding]\ncount = 3\n')
+    report = sharded(kiln, recipe, tmp_path, 3)
+    link = report["link"]
+    assert link["cache"]["misses"] == 0
+    # 12 extension TUs plus the probe, which every shard compiles for itself.
+    assert link["cache"]["total"] == 13
+    for shard in report["shards"]:
+        assert shard["shard"]["gate"]["passed"], shard["shard"]["gate"]
+    compiled_tus = [s["shard"]["actions"].get("compile", 0) for s in report["shards"]]
+    sources = [f"src/{name}{i}{part}.c" for i in range(4) for name, part in
+               (("m", ""), ("part", "a"), ("part", "b"))] + ["build/test1.c"]
+    expected = [sum(1 for source in sources if _owner(tree, source, 3) == index) for index in range(3)]
+    assert compiled_tus == expected, "every in-slice TU is compiled; no shard aborts"
+    code = "import probepkg.m0, probepkg.m3; print(probepkg.m0.value() + probepkg.m3.value())"
+    assert int(installed(link["wheel"]["path"], code)) == (97 + 98) + (60 + 97 + 98)
+
+
+def test_both_partitions_refused_at_runtime(kiln: Kiln, tmp_path: Path) -> None:
+    tree = copy_example("demo-kernels", tmp_path)
+    recipe = recipe_for(tree, "demo-kernels", tmp_path)
+    result = kiln("shard", recipe, "--index", "0", "--count", "2", "--filter", "source",
+                  "--out", tmp_path / "s", check=False)
+    assert result.returncode == 2
+    assert "the source partition needs sharding.source_globs" in result.stderr
+

@@ -1,0 +1,168 @@
+"""Bench reports: readable Markdown, JSON, and the CLI's handling of bad input (clear
+message, non-zero exit, store untouched) and torn stores (warn, still render)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from wheelkiln.bench import store
+from wheelkiln.bench.commands import bench_group
+from wheelkiln.bench.report import render_html, render_json, render_markdown, seconds
+from wheelkiln.bench.stats import summarize
+from wheelkiln.errors import KilnError
+
+
+def rec(scenario: str, wall: float, **extra: Any) -> dict[str, Any]:
+    return {"target": "demo", "cell": "demo-py3.11-linux-x86_64", "builder": "farm|1",
+            "arch": "x86_64", "jobs": 8, "shards": 1, "scenario": scenario, "status": "ok",
+            "step_wall_seconds": wall, "cache": {"hits": 0 if scenario == "cold" else 24,
+                                                 "misses": 24 if scenario == "cold" else 0},
+            **extra}
+
+
+RECORDS = [rec("cold", 200.0), rec("cold", 220.0), rec("warm", 11.0), rec("hot", 10.0),
+           rec("hot", 12.0), rec("warm", 99.0, status="failed")]
+
+
+def test_markdown_tables() -> None:
+    text = render_markdown(summarize(RECORDS), source="/s/results.jsonl")
+    lines = text.splitlines()
+    assert lines[0] == "## Bench results"
+    header = next(line for line in lines if line.startswith("| target"))
+    assert header == ("| target | builder | arch | jobs | shards | scenario | n | median wall "
+                      "| min–max | hits/misses |")
+    rows = [line for line in lines if line.startswith("| demo")]
+    assert rows[0] == ("| demo-py3.11-linux-x86_64 | farm\\|1 | x86_64 | 8 | 1 | cold | 2 | "
+                       "210 s | 200–220 s | 0/24 |")
+    assert "| warm | 1 (+1 failed) | 11.0 s |" in rows[1]
+    assert "### Ratios" in text
+    assert any("| cold/hot | 19.09× | 2/2 |" in line for line in lines)
+    assert any("| warm/hot | 1.00× | 1/2 |" in line for line in lines)
+
+
+def test_markdown_for_an_empty_store_says_what_to_do() -> None:
+    assert "kiln bench TARGET" in render_markdown(summarize([]))
+
+
+def test_json_report_round_trips() -> None:
+    data = json.loads(render_json(summarize(RECORDS), source="s", warnings=["w"]))
+    assert data["records"] == 6 and data["warnings"] == ["w"]
+    cold = next(g for g in data["groups"] if g["scenario"] == "cold")
+    assert cold["median_wall_seconds"] == 210.0 and cold["n"] == 2 and cold["in_ratios"]
+    assert {r["ratio"] for r in data["ratios"]} == {"cold/warm", "cold/hot", "warm/hot"}
+
+
+def test_html_plots_every_run_and_is_well_formed() -> None:
+    import xml.etree.ElementTree as ET
+
+    page = render_html(summarize([*RECORDS, rec("frozen*", 400.0)]), source="<s>")
+    body = page.split("<body>", 1)[1].removesuffix("</body></html>\n")
+    root = ET.fromstring(f"<div>{body}</div>")  # well-formed, every value escaped
+    circles = root.findall(".//circle")
+    assert len(circles) == 6  # five successful runs plus frozen*; the failed warm is no point
+    assert "&lt;s&gt;" in page and "cold/hot" in page
+    assert render_html(summarize([])).count("No bench records") == 1
+
+
+@pytest.mark.parametrize(("value", "shown"), [(None, "–"), (1.234, "1.23 s"), (12.34, "12.3 s"),
+                                              (1234.5, "1,234 s")])
+def test_seconds_format(value: float | None, shown: str) -> None:
+    assert seconds(value) == shown
+
+
+def write_store(path: Path, records: list[dict[str, Any]]) -> None:
+    for record in records:
+        store.append(record, path)
+
+
+def test_report_cli_warns_about_a_torn_line_and_still_renders(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    write_store(path, RECORDS)
+    with path.open("ab") as handle:
+        handle.write(b'{"target": "demo", "scen')
+    before = path.read_bytes()
+    result = CliRunner().invoke(bench_group, ["report", "--store", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "line 7" in result.stderr and "torn" in result.stderr
+    assert "| cold/hot |" in result.stdout
+    assert path.read_bytes() == before
+
+
+def test_report_cli_json_and_target_filter(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    write_store(path, [*RECORDS, {**rec("cold", 5.0), "target": "other", "cell": "other-c"}])
+    result = CliRunner().invoke(bench_group, ["report", "--store", str(path), "--format", "json",
+                                              "--target", "other"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert [g["target"] for g in data["groups"]] == ["other-c"]
+    out = tmp_path / "docs" / "bench.md"
+    result = CliRunner().invoke(bench_group, ["report", "--store", str(path), "--out", str(out)])
+    assert result.exit_code == 0 and out.read_text().startswith("## Bench results")
+
+
+def test_report_cli_refuses_a_corrupt_store_and_leaves_it(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    garbage = bytes(range(256)) * 4
+    path.write_bytes(garbage)
+    result = CliRunner().invoke(bench_group, ["report", "--store", str(path)])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, KilnError)
+    assert "corrupt store" in result.exception.message
+    assert path.read_bytes() == garbage
+
+
+@pytest.fixture
+def recipe(tmp_path: Path) -> Path:
+    (tmp_path / "pkg").mkdir()
+    path = tmp_path / "demo.toml"
+    path.write_text('name = "demo"\n[source]\npath = "pkg"\n')
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["no-such-recipe", "--scenario", "cold"], "No recipe named 'no-such-recipe'"),
+        (["RECIPE", "--scenario", "lukewarm"], "Invalid value for '--scenario'"),
+        (["--scenario", "lukewarm", "RECIPE"], "Invalid value for '--scenario'"),
+        (["run", "RECIPE", "--jobs", "0"], "Invalid value for '--jobs'"),
+        (["RECIPE", "--scenario", "frozen"], "--destructive"),
+        (["RECIPE", "--scenario", "all", "--shards", "4"], "--shards benches cold"),
+        (["RECIPE", "--repeat", "0"], "Invalid value for '--repeat'"),
+        (["RECIPE", "--cell", "python=2.7"], "matches no cell"),
+        (["report", "--format", "pdf"], "Invalid value for '--format'"),
+    ],
+)
+def test_bad_input_is_a_clear_error_and_the_store_is_untouched(
+    tmp_path: Path, recipe: Path, args: list[str], message: str
+) -> None:
+    path = tmp_path / "results.jsonl"
+    write_store(path, RECORDS)
+    before = path.read_bytes()
+    argv = [str(recipe) if a == "RECIPE" else a for a in args] + ["--store", str(path)]
+    result = CliRunner().invoke(bench_group, argv, env={"KILN_STATE_HOME": str(tmp_path / "st"),
+                                                        "KILN_HOME": str(tmp_path / "home")})
+    assert result.exit_code != 0
+    shown = result.exception.render() if isinstance(result.exception, KilnError) else result.output
+    assert message in shown
+    assert path.read_bytes() == before
+    assert not (tmp_path / "home").exists()
+
+
+def test_bench_refuses_a_corrupt_store_before_building(tmp_path: Path, recipe: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    path.write_bytes(b"\x00\x01garbage\n\xff\xfe\n")
+    before = path.read_bytes()
+    result = CliRunner().invoke(bench_group, [str(recipe), "--store", str(path)],
+                                env={"KILN_STATE_HOME": str(tmp_path / "st"),
+                                     "KILN_HOME": str(tmp_path / "home")})
+    assert isinstance(result.exception, KilnError)
+    assert "corrupt store" in result.exception.message
+    assert path.read_bytes() == before
+    assert not (tmp_path / "home").exists()

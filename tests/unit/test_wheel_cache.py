@@ -1,0 +1,125 @@
+"""The wheel cache: a digest over every input, whole entries or none, and damaged
+entries dropped instead of served."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from wheelkiln.build.source import sha256_file
+from wheelkiln.build.wheel_cache import WheelCache, build_affecting_env, input_digest
+
+BASE: dict[str, Any] = {
+    "source_digest": "a" * 64,
+    "recipe_json": '{"name":"demo"}',
+    "cell_id": "demo-py3.11-linux-x86_64",
+    "build_env_freeze": "0123abcd\nsetuptools==80.0\npybind11==2.13.6\n",
+    "tool_versions": {"gcc": "12.2.0", "ccache": "4.14", "wheelkiln": "0.1.0"},
+    "env": {"SOURCE_DATE_EPOCH": "1700000000"},
+}
+
+
+def digest(**changes: Any) -> str:
+    return input_digest(**{**BASE, **changes})
+
+
+def test_digest_is_stable_and_order_independent() -> None:
+    assert digest() == digest()
+    reordered = dict(reversed(list(BASE["tool_versions"].items())))
+    assert digest(tool_versions=reordered) == digest()
+    assert len(digest()) == 64
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"source_digest": "b" * 64},
+        {"recipe_json": '{"name":"demo","build":{"jobs":2}}'},
+        {"cell_id": "demo-py3.12-linux-x86_64"},
+        {"build_env_freeze": "0123abcd\nsetuptools==80.1\npybind11==2.13.6\n"},
+        {"tool_versions": {"gcc": "13.1.0", "ccache": "4.14", "wheelkiln": "0.1.0"}},
+        {"env": {"SOURCE_DATE_EPOCH": "1700086400"}},
+        {"env": {"SOURCE_DATE_EPOCH": "1700000000", "CFLAGS": "-O3"}},
+    ],
+)
+def test_every_input_changes_the_digest(change: dict[str, Any]) -> None:
+    assert digest(**change) != digest()
+
+
+def test_build_affecting_env_keeps_only_what_changes_the_output() -> None:
+    environ = {"CFLAGS": "-O2", "HOME": "/root", "PATH": "/bin", "TORCH_CUDA_ARCH_LIST": "9.0",
+               "MAX_JOBS": "8", "SOURCE_DATE_EPOCH": "1"}
+    chosen = build_affecting_env(environ, source_date_epoch=1700000000, extra={"X_FLAG": "1"})
+    assert chosen == {"CFLAGS": "-O2", "TORCH_CUDA_ARCH_LIST": "9.0",
+                      "SOURCE_DATE_EPOCH": "1700000000", "X_FLAG": "1"}
+
+
+def make_wheel(path: Path, payload: bytes = b"\x7fELF code") -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as zipped:
+        zipped.writestr("demo/_core.so", payload)
+    return path
+
+
+def test_store_then_lookup(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    key = digest()
+    assert cache.lookup(key) is None
+    wheel = make_wheel(tmp_path / "dist" / "demo-0.1-cp311-cp311-linux_x86_64.whl")
+    record = {"target": "demo", "wheel": {"name": "x.whl", "sha256": "old", "path": "/old"},
+              "extensions": {"demo/_core.so": "e" * 64}}
+    stored = cache.store(key, wheel, record)
+    assert stored.wheel == tmp_path / "wheels" / key[:2] / key / wheel.name
+    hit = cache.lookup(key)
+    assert hit is not None and hit.wheel.read_bytes() == wheel.read_bytes()
+    assert hit.record["wheel"] == {"name": wheel.name, "sha256": sha256_file(wheel),
+                                   "size": wheel.stat().st_size}
+    assert hit.record["input_digest"] == key and hit.record["extensions"] == record["extensions"]
+    assert record["wheel"]["sha256"] == "old"  # the caller's record is not changed
+    assert not [p for p in (tmp_path / "wheels" / key[:2]).iterdir() if p.name.startswith(".")]
+
+
+def test_storing_the_same_digest_twice_keeps_one_entry(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    key = digest()
+    first = make_wheel(tmp_path / "a" / "demo-0.1-py3-none-any.whl")
+    cache.store(key, first, {"target": "demo"})
+    again = cache.store(key, make_wheel(tmp_path / "b" / "demo-0.1-py3-none-any.whl"), {})
+    assert again.wheel.read_bytes() == first.read_bytes()
+    assert len(list((tmp_path / "wheels" / key[:2]).iterdir())) == 1
+
+
+def test_a_damaged_entry_is_dropped_not_served(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    key = digest()
+    stored = cache.store(key, make_wheel(tmp_path / "demo-0.1-py3-none-any.whl"), {})
+    stored.wheel.write_bytes(stored.wheel.read_bytes()[:-5])  # truncated copy
+    assert cache.lookup(key) is None
+    assert not (tmp_path / "wheels" / key[:2] / key).exists()
+    stored = cache.store(key, make_wheel(tmp_path / "demo-0.1-py3-none-any.whl"), {})
+    (stored.wheel.parent / "record.json").write_text("{not json")
+    assert cache.lookup(key) is None
+    assert not stored.wheel.parent.exists()
+
+
+def test_a_record_naming_a_missing_wheel_is_a_miss(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    key = digest()
+    entry = cache.entry(key)
+    entry.mkdir(parents=True)
+    (entry / "record.json").write_text(json.dumps({"wheel": {"name": "gone.whl", "sha256": "0"}}))
+    assert cache.lookup(key) is None
+
+
+def test_digests_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not an input digest"):
+        WheelCache(tmp_path).lookup("../../etc")
+
+
+def test_default_root_is_under_kiln_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
+    assert WheelCache().root == tmp_path / "home" / "wheels"
