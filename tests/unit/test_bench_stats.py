@@ -3,7 +3,6 @@ failed runs never in a ratio."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -108,10 +107,10 @@ def test_select_by_package_or_cell() -> None:
     assert len(select(records, ["other-py3.11-linux-x86_64"])) == 1
 
 
-def test_100k_records_summarize_quickly() -> None:
+def test_100k_records_group_completely() -> None:
+    """Every record lands in exactly one group (speed is benchmarks/bench_report.py's job)."""
     records = [rec(("cold", "warm", "hot")[i % 3], float(i % 97), builder=f"b{i % 5}",
                    jobs=(2, 8)[i % 2]) for i in range(100_000)]
-    started = time.perf_counter()
     summary = summarize(records)
-    assert time.perf_counter() - started < 1.5
     assert sum(g.n for g in summary.groups) == 100_000
+    assert len(summary.groups) == 3 * 5 * 2
