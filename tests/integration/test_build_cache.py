@@ -235,3 +235,19 @@ def test_changed_compiler_version_misses(kiln: Kiln, tmp_path: Path) -> None:
     )
     assert changed["cache"]["hits"] == 0
     assert changed["cache"]["misses"] == first["cache"]["total"]
+
+
+def test_sccache_backend_rebuild_is_all_hits(kiln: Kiln, tmp_path: Path, installed) -> None:
+    tree = copy_example("demo-cpp", tmp_path)
+    recipe = recipe_for(tree, "demo-cpp", tmp_path)
+    args = ("--cache", "sccache", "--cache-dir", tmp_path / "sccache")
+    cold = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w1",
+                     "--no-wheel-cache", *args)
+    hot = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w2",
+                    "--no-wheel-cache", *args)
+    assert cold["cache"]["backend"] == "sccache"
+    assert cold["cache"]["misses"] >= 24 and cold["cache"]["hits"] == 0
+    assert hot["cache"]["hits"] == cold["cache"]["misses"] and hot["cache"]["misses"] == 0
+    assert "sccache" in hot["tool_versions"]
+    answer = installed(hot["wheel"]["path"], "import demo_cpp; print(demo_cpp.checksum())")
+    assert int(answer) == expected_checksum(tree)

@@ -1,0 +1,478 @@
+"""torch CUDA extensions, sharded: torch's ninja writer (``PYTORCH_NVCC``) and its
+setuptools path without ninja (``$CUDA_HOME/bin/nvcc``).
+
+Opt-in: these build against torch 2.14.1's CUDA wheel (about 5.5 GB in the build
+environment) and are marked ``slow``, so ``./dev test`` leaves them out. Run them with
+``pytest -m slow tests/integration/test_torch_extension.py``. They skip, saying why, when
+torch with CUDA cannot be put in the build environment (no nvcc, a CPU-only torch,
+torch's CUDA major differing from nvcc's, or a torch that would be downloaded rather
+than taken from a local file: set ``KILN_TEST_TORCH_DOWNLOAD=1`` to allow that).
+No GPU is needed: the extensions are imported and called on the host only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Kiln
+from wheelkiln.build.environment import BuildEnvironment
+from wheelkiln.shard.partition import shard_of
+
+TORCH = "torch==2.14.1"
+KERNELS = 6
+SHARDS = 3
+
+# --------------------------------------------------------------------------- the package
+
+PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=64", "ninja", "torch"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "kiln-torch-demo"
+version = "0.1"
+"""
+
+SETUP_PY = """\
+import glob
+
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+sources = ["csrc/binding.cpp", *sorted(glob.glob("csrc/kernels/*.cu"))]
+setup(
+    packages=["kiln_torch_demo"],
+    ext_modules=[
+        CUDAExtension(
+            "kiln_torch_demo._C",
+            sources,
+            extra_compile_args={"cxx": ["-O2"], "nvcc": ["-O2"]},
+        )
+    ],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+)
+"""
+
+KERNEL_CU = """\
+#include <cuda_runtime.h>
+#include <c10/macros/Macros.h>
+
+namespace kiln_demo {{
+
+__global__ void scale_{i}(float* data, int n) {{
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < n) data[t] = data[t] * {factor}.0f + {i}.0f;
+}}
+
+// Host-callable, no GPU needed: a value computed on the host in this TU, returned
+// only when the kernel's host stub is really there.
+long host_value_{i}() {{
+    const void* kernel = reinterpret_cast<const void*>(&scale_{i});
+    long value = 0;
+    for (long j = 1; j <= {terms}; ++j) value += j * {factor};
+    return kernel != nullptr ? value : -1000000;
+}}
+
+}}  // namespace kiln_demo
+"""
+
+BINDING_CPP = """\
+#include <torch/extension.h>
+
+namespace kiln_demo {{
+{declarations}
+}}
+
+static long checksum() {{
+    return {total};
+}}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{
+    m.def("checksum", &checksum);
+    m.def("kernel_count", [] {{ return {count}; }});
+}}
+"""
+
+INIT_PY = """\
+import torch  # noqa: F401  (loads libc10_cuda and libcudart for _C)
+
+from kiln_torch_demo._C import checksum, kernel_count
+
+__all__ = ["checksum", "kernel_count"]
+"""
+
+
+def _factor(i: int) -> int:
+    return i + 2
+
+
+def _terms(i: int) -> int:
+    return 10 + 3 * i
+
+
+def expected_checksum(kernels: int = KERNELS) -> int:
+    return sum(_factor(i) * _terms(i) * (_terms(i) + 1) // 2 for i in range(kernels))
+
+
+def write_package(root: Path, kernels: int = KERNELS) -> Path:
+    """A small torch CUDAExtension built by torch's ninja writer."""
+    tree = root / "kiln-torch-demo"
+    (tree / "csrc" / "kernels").mkdir(parents=True)
+    (tree / "kiln_torch_demo").mkdir()
+    (tree / "pyproject.toml").write_text(PYPROJECT)
+    (tree / "setup.py").write_text(SETUP_PY)
+    (tree / "kiln_torch_demo" / "__init__.py").write_text(INIT_PY)
+    for i in range(kernels):
+        (tree / "csrc" / "kernels" / f"k{i}.cu").write_text(
+            KERNEL_CU.format(i=i, factor=_factor(i), terms=_terms(i))
+        )
+    (tree / "csrc" / "binding.cpp").write_text(
+        BINDING_CPP.format(
+            declarations="\n".join(f"long host_value_{i}();" for i in range(kernels)),
+            total=" + ".join(f"kiln_demo::host_value_{i}()" for i in range(kernels)),
+            count=kernels,
+        )
+    )
+    return tree
+
+
+def write_recipe(tree: Path, destination: Path) -> Path:
+    recipe = destination / "kiln-torch-demo.toml"
+    recipe.write_text(
+        f"""\
+name = "kiln-torch-demo"
+
+[source]
+path = "{tree}"
+
+[build]
+requires = ["{TORCH}"]
+env = {{ TORCH_CUDA_ARCH_LIST = "8.0", MAX_JOBS = "2" }}
+
+[matrix]
+python = ["3.11"]
+links_torch = true
+torch = ["2.14.1"]
+
+[[matrix.cuda]]
+version = "13.0"
+arch_list = ["8.0"]
+
+[sharding]
+count = {SHARDS}
+filter = "seat"
+
+[verify]
+import = "kiln_torch_demo"
+extension_modules = ["kiln_torch_demo/_C*.so"]
+"""
+    )
+    return recipe
+
+
+# --------------------------------------------------------------------------- preconditions
+
+
+def _nvcc_major() -> int | None:
+    from wheelkiln.build.toolchain import find_nvcc
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return None
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"release (\d+)\.", out)
+    return int(match[1]) if match else None
+
+
+def _torch_source_url(requirement: str) -> str | None:
+    """Where pip would take *requirement* from (without downloading the wheel)."""
+    report = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed",
+         "--quiet", "--disable-pip-version-check", "--report", "-", requirement],
+        capture_output=True, text=True, check=False,
+    )
+    if report.returncode != 0:
+        return None
+    try:
+        items = json.loads(report.stdout)["install"]
+    except (ValueError, KeyError):
+        return None
+    return str(items[0]["download_info"]["url"]) if items else None
+
+
+def torch_build_environment(tree: Path, kiln_home: Path, extra: tuple[str, ...]) -> BuildEnvironment:
+    """Make (or reuse) the build environment kiln will use for *tree*, or skip, saying why.
+
+    Made in-process with kiln's own function and its key, so the kiln subprocesses that
+    follow find it ready under the same ``$KILN_HOME``.
+    """
+    from wheelkiln.build.environment import ensure_environment
+    from wheelkiln.errors import BuildError
+
+    major = _nvcc_major()
+    if major is None:
+        pytest.skip("no nvcc (CUDA_HOME, /usr/local/cuda or PATH): cannot build a CUDAExtension")
+    url = _torch_source_url(TORCH)
+    if url is None:
+        pytest.skip(f"pip cannot resolve {TORCH} for Python {sys.version_info[0]}.{sys.version_info[1]}")
+    if not url.startswith("file:") and os.environ.get("KILN_TEST_TORCH_DOWNLOAD") != "1":
+        pytest.skip(f"{TORCH} would be downloaded ({url}, ~5.5 GB with its CUDA wheels); "
+                    "set KILN_TEST_TORCH_DOWNLOAD=1 to allow it")
+    previous = os.environ.get("KILN_HOME")
+    os.environ["KILN_HOME"] = str(kiln_home)
+    try:
+        environment = ensure_environment(tree, "3.11", list(extra), kiln_home / "envs")
+    except BuildError as error:
+        pytest.skip(f"cannot install {TORCH} into the build environment: {str(error)[-800:]}")
+    finally:
+        if previous is None:
+            os.environ.pop("KILN_HOME", None)
+        else:
+            os.environ["KILN_HOME"] = previous
+    probe = subprocess.run(
+        [str(environment.python), "-c", "import torch; print(torch.version.cuda or '')"],
+        capture_output=True, text=True, check=False,
+    )
+    cuda = probe.stdout.strip().splitlines()[-1] if probe.stdout.strip() else ""
+    if probe.returncode != 0 or not cuda:
+        pytest.skip(f"the build environment's torch has no CUDA (torch.version.cuda={cuda!r}; "
+                    f"{probe.stderr.strip()[-300:]}): torch's CPU build refuses CUDAExtension")
+    if int(cuda.split(".")[0]) != major:
+        pytest.skip(f"torch is built for CUDA {cuda} but nvcc is CUDA {major}.x: "
+                    "torch.utils.cpp_extension refuses a different CUDA major")
+    return environment
+
+
+def run_in(environment: BuildEnvironment, wheel: str, code: str, where: Path) -> str:
+    """Install *wheel* into a private directory and run *code* with the build env's torch."""
+    target = where / f"site-{Path(wheel).stem}"
+    shutil.rmtree(target, ignore_errors=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+         "--disable-pip-version-check", "--target", str(target), wheel],
+        check=True,
+    )
+    result = subprocess.run(
+        [str(environment.python), "-c", code],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(target)},
+        cwd=where, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip().splitlines()[-1]
+
+
+# --------------------------------------------------------------------------- A: ninja path
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@pytest.mark.compile
+def test_torch_ninja_extension_shards_through_pytorch_nvcc(
+    kiln: Kiln, kiln_home: Path, tmp_path: Path
+) -> None:
+    tree = write_package(tmp_path)
+    recipe = write_recipe(tree, tmp_path)
+    environment = torch_build_environment(tree, kiln_home, (TORCH,))
+
+    reference = kiln.json("build", recipe, "--out", tmp_path / "ref", "--workdir",
+                          tmp_path / "refwork", "--cache-dir", tmp_path / "refcache",
+                          "--no-wheel-cache")
+    assert reference["exit_code"] == 0
+    tus = KERNELS + 1
+    # Exactly one cache in front of each compile: torch's own ccache/sccache prefix is
+    # off (TORCH_NO_COMPILER_WRAPPER), so each TU is one miss, not two.
+    assert reference["cache"]["misses"] == tus, reference["cache"]
+    build_log = Path(reference["log"]).read_text(errors="replace")
+    assert not re.search(r"(?m)^\s*(?:\S*/)?(?:ccache|sccache) \S*(?:ccache|sccache)\b", build_log)
+    ninja_file = next((tmp_path / "refwork").rglob("build.ninja"))
+    ninja_text = ninja_file.read_text()
+    assert re.search(r"(?m)^nvcc = \S*/kiln-bin/nvcc$", ninja_text), "PYTORCH_NVCC is the shim"
+    assert re.search(r"(?m)^cxx = \S*/kiln-bin/c\+\+$", ninja_text), "no ccache before CXX"
+
+    report = kiln.json("build", recipe, "--shards", str(SHARDS), "--out", tmp_path / "sharded",
+                       "--workdir", tmp_path / "work", "--no-wheel-cache")
+    link = report["link"]
+    assert link["cache"]["misses"] == 0, link["cache"]
+    assert link["cache"]["hits"] == link["cache"]["total"] == tus
+    assert all(s["shard"]["gate"]["passed"] for s in report["shards"])
+    compiled = [s["shard"]["actions"].get("compile", 0) for s in report["shards"]]
+    assert sum(compiled) == tus, f"every TU compiled in exactly one shard: {compiled}"
+    sources = ["csrc/binding.cpp", *(f"csrc/kernels/k{i}.cu" for i in range(KERNELS))]
+    assert compiled == [sum(1 for s in sources if shard_of(s, SHARDS) == i) for i in range(SHARDS)]
+
+    code = "import kiln_torch_demo as m; print(m.checksum(), m.kernel_count())"
+    want = f"{expected_checksum()} {KERNELS}"
+    assert run_in(environment, reference["wheel"]["path"], code, tmp_path) == want
+    assert run_in(environment, link["wheel"]["path"], code, tmp_path) == want
+    verdict = json.loads(kiln("verify", link["wheel"]["path"], reference["wheel"]["path"],
+                              "--json").stdout)
+    assert verdict["equivalent"], verdict
+
+
+# --------------------------------------------------------------------------- B: no ninja
+
+SCATTER = "torch-scatter==2.1.2"
+
+
+def _seed_scatter_sdist(environment: BuildEnvironment, kiln_home: Path, sha256: str) -> None:
+    """Put torch-scatter's sdist where kiln looks before downloading.
+
+    kiln fetches a pypi source with ``pip download --no-binary :all:``, which prepares
+    the sdist's metadata, and torch-scatter's setup.py imports torch: that fails in an
+    environment without torch. The build environment has torch, so its pip can do it.
+    """
+    from wheelkiln.build.source import sha256_file
+
+    sdists = kiln_home / "sources" / "sdists"
+    sdists.mkdir(parents=True, exist_ok=True)
+    if any(sha256_file(p) == sha256 for p in sdists.iterdir() if p.is_file()):
+        return
+    result = subprocess.run(
+        [str(environment.python), "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+         "--no-build-isolation", "--disable-pip-version-check", "-d", str(sdists), SCATTER],
+        capture_output=True, text=True, check=False,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot download the {SCATTER} sdist from PyPI: {result.stdout[-500:]}")
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@pytest.mark.compile
+@pytest.mark.network
+def test_torch_scatter_shards_through_cuda_home_nvcc(
+    kiln: Kiln, kiln_home: Path, tmp_path: Path
+) -> None:
+    """The setuptools path without ninja: nvcc is $CUDA_HOME/bin/nvcc, 4 modules, 10 TUs."""
+    import tomllib
+
+    from tests.conftest import RECIPES
+
+    recipe = RECIPES / "torch-scatter.toml"
+    pinned = tomllib.loads(recipe.read_text())
+    # The environment key is the requirement set: torch-scatter has no pyproject.toml,
+    # so setuptools' default requirement plus the recipe's torch pin.
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "setup.py").write_text("from setuptools import setup\nsetup()\n")
+    environment = torch_build_environment(stub, kiln_home, tuple(pinned["build"]["requires"]))
+    _seed_scatter_sdist(environment, kiln_home, pinned["source"]["sha256"])
+
+    reference = kiln.json("build", recipe, "--out", tmp_path / "ref", "--workdir",
+                          tmp_path / "refwork", "--cache-dir", tmp_path / "refcache",
+                          "--no-wheel-cache", "--smoke")
+    assert reference["exit_code"] == 0
+    tus = 10  # FORCE_ONLY_CUDA: 3 .cu, 3 binding .cpp, 3 cpu/*.cpp, version.cpp
+    assert reference["cache"]["misses"] == tus, reference["cache"]
+    log = Path(reference["log"]).read_text(errors="replace")
+    assert "/cuda-home/bin/nvcc" in log, "the no-ninja path ran $CUDA_HOME/bin/nvcc: the shim"
+
+    report = kiln.json("build", recipe, "--shards", "3", "--out", tmp_path / "sharded",
+                       "--workdir", tmp_path / "work", "--no-wheel-cache")
+    link = report["link"]
+    assert link["cache"]["misses"] == 0, link["link"]["gate"]
+    assert link["cache"]["hits"] == link["cache"]["total"] == tus
+    compiled = sum(s["shard"]["actions"].get("compile", 0) for s in report["shards"])
+    assert compiled == tus
+
+    code = ("import torch, torch_scatter; src = torch.tensor([1., 2., 3., 4., 5.]); "
+            "index = torch.tensor([0, 1, 0, 1, 2]); "
+            "print(torch_scatter.scatter(src, index, reduce='sum').tolist(), "
+            "torch_scatter.scatter_max(src, index)[0].tolist(), "
+            "torch.ops.torch_scatter.cuda_version())")
+    want = run_in(environment, reference["wheel"]["path"], code, tmp_path)
+    assert want.startswith("[4.0, 6.0, 5.0] [3.0, 4.0, 5.0]"), want
+    assert run_in(environment, link["wheel"]["path"], code, tmp_path) == want
+    verdict = json.loads(kiln("verify", link["wheel"]["path"], reference["wheel"]["path"],
+                              "--json").stdout)
+    assert verdict["equivalent"], verdict
+
+
+# --------------------------------------------------------------------------- fast checks
+# No torch and no compile: how the toolchain scripts are laid out for torch builds.
+
+
+def _fake_cache(where: Path) -> Path:
+    cache = where / "fake-ccache"
+    cache.write_text('#!/bin/sh\necho "cache $*"\n')
+    cache.chmod(0o755)
+    return cache
+
+
+def test_host_compiler_script_is_the_same_bytes_in_shard_and_link_jobs(tmp_path: Path) -> None:
+    """torch passes -ccbin $CC to nvcc and ccache hashes that file's content: a different
+    script in shards and link job made every .cu TU miss in the link job."""
+    from wheelkiln.build.toolchain import Launch, toolchain_environment
+
+    cache = _fake_cache(tmp_path)
+    shard = toolchain_environment(Launch(str(cache), seat_wrapper=True), "setuptools",
+                                  tmp_path / "shard" / "kiln-bin")
+    link = toolchain_environment(Launch(str(cache)), "setuptools", tmp_path / "link" / "kiln-bin")
+    for name in ("cc", "c++"):
+        assert (tmp_path / "shard" / "kiln-bin" / name).read_bytes() == \
+            (tmp_path / "link" / "kiln-bin" / name).read_bytes()
+    assert shard["KILN_SEAT_FRONT"] == "1" and link["KILN_SEAT_FRONT"] == "0"
+    assert shard["TORCH_NO_COMPILER_WRAPPER"] == link["TORCH_NO_COMPILER_WRAPPER"] == "1"
+    script = (tmp_path / "link" / "kiln-bin" / "c++").read_text()
+    assert "g++ (" in script.splitlines()[1], "the host compiler's version is in the hashed bytes"
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    as_link = subprocess.run([link["CXX"], "-c", "x.cpp", "-o", "x.o"], capture_output=True,
+                             text=True, env={**base, **link}, check=True, cwd=tmp_path)
+    assert as_link.stdout.strip() == "cache g++ -c x.cpp -o x.o"
+    log = tmp_path / "seat.jsonl"
+    seat_env = {**base, **shard, "KILN_CACHE": str(cache), "KILN_SHARD_LOG": str(log),
+                "KILN_PACKAGE_ROOT": str(tmp_path)}
+    as_shard = subprocess.run([shard["CXX"], "-c", "x.cpp", "-o", "x.o"], capture_output=True,
+                              text=True, env=seat_env, check=True, cwd=tmp_path)
+    assert as_shard.stdout.strip() == "cache g++ -c x.cpp -o x.o"
+    assert json.loads(log.read_text())["action"] == "passthrough", "went through the seat wrapper"
+
+
+def test_cuda_home_names_the_toolkit_not_the_shim(tmp_path: Path) -> None:
+    """Without CUDA_HOME, torch guesses it from `nvcc` on PATH, which is kiln's shim."""
+    from wheelkiln.build.toolchain import Launch, find_nvcc, toolchain_environment
+
+    if find_nvcc() is None:
+        pytest.skip("no nvcc")
+    env = toolchain_environment(Launch(str(_fake_cache(tmp_path))), "setuptools",
+                                tmp_path / "kiln-bin")
+    home = Path(env["CUDA_HOME"])
+    assert (home / "bin" / "nvcc").is_file() and "kiln-bin" not in str(home)
+    assert env["PYTORCH_NVCC"] == str(tmp_path / "kiln-bin" / "nvcc")
+    shimmed = toolchain_environment(Launch(str(_fake_cache(tmp_path))), "setuptools",
+                                    tmp_path / "job" / "kiln-bin", cuda_home_nvcc=True)
+    assert os.path.realpath(Path(shimmed["CUDA_HOME"]) / "bin" / "nvcc") == \
+        str(tmp_path / "job" / "kiln-bin" / "nvcc")
+
+
+def test_wheel_math_headers_go_on_cuda_inc_path(tmp_path: Path) -> None:
+    """ATen's CUDA headers include cublas_v2.h, which torch's nvidia wheels carry and a
+    toolkit without its math libraries lacks."""
+    from wheelkiln.build.toolchain import cuda_inc_path
+
+    toolkit = tmp_path / "cuda"
+    (toolkit / "include").mkdir(parents=True)
+    (toolkit / "include" / "cuda_runtime.h").write_text("")
+    env = tmp_path / "env"
+    nvidia = env / "lib" / "python3.11" / "site-packages" / "nvidia"
+    for lib, header in (("cu13", "cublas_v2.h"), ("nccl", "nccl.h"), ("cudnn", "cublas_v2.h")):
+        (nvidia / lib / "include").mkdir(parents=True)
+        (nvidia / lib / "include" / header).write_text(lib)
+    bin_dir = tmp_path / "job" / "kiln-bin"
+    merged = cuda_inc_path(toolkit, env, bin_dir)
+    assert merged is not None
+    assert (Path(merged) / "cublas_v2.h").read_text() == "cu13", "cu13 first, first one wins"
+    assert (Path(merged) / "nccl.h").is_file()
+    assert cuda_inc_path(toolkit, None, bin_dir) is None
+    (toolkit / "include" / "cublas_v2.h").write_text("")
+    assert cuda_inc_path(toolkit, env, bin_dir) is None, "the toolkit's own headers win"
