@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.table import Table
@@ -322,6 +322,30 @@ def _common_options(
     )
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def job_options(command: F) -> F:
+    """The options shard and link jobs share: cache, work tree, parallelism, namespace."""
+    for option in reversed(
+        [
+            click.option(
+                "--cache",
+                "cache_name",
+                type=click.Choice(["ccache", "sccache"]),
+                help="Compiler cache (default: the recipe's).",
+            ),
+            click.option(
+                "--workdir", type=click.Path(path_type=Path), help="Where the job tree is built."
+            ),
+            click.option("--jobs", "-j", type=click.IntRange(1), help="Parallel compile jobs."),
+            click.option("--namespace", help="Cache namespace."),
+        ]
+    ):
+        command = option(command)
+    return command
+
+
 @cli.command(context_settings=CONTEXT)
 @click.argument("recipe_ref", metavar="RECIPE")
 @click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
@@ -348,12 +372,7 @@ def _common_options(
     show_default=True,
     help="Where the shard's cache archive and record go.",
 )
-@click.option(
-    "--cache", "cache_name", type=click.Choice(["ccache", "sccache"]), help="Compiler cache."
-)
-@click.option("--workdir", type=click.Path(path_type=Path), help="Where the job tree is built.")
-@click.option("--jobs", "-j", type=click.IntRange(1), help="Parallel compile jobs.")
-@click.option("--namespace", help="Cache namespace.")
+@job_options
 @click.option("--json", "as_json", is_flag=True, help="Print the shard record as JSON on stdout.")
 def shard(
     recipe_ref: str,
@@ -434,12 +453,7 @@ def shard(
     show_default=True,
     help="Where the wheel and the link record go.",
 )
-@click.option(
-    "--cache", "cache_name", type=click.Choice(["ccache", "sccache"]), help="Compiler cache."
-)
-@click.option("--workdir", type=click.Path(path_type=Path), help="Where the job tree is built.")
-@click.option("--jobs", "-j", type=click.IntRange(1), help="Parallel compile jobs.")
-@click.option("--namespace", help="Cache namespace.")
+@job_options
 @click.option("--json", "as_json", is_flag=True, help="Print the link record as JSON on stdout.")
 def link(
     recipe_ref: str,

@@ -15,7 +15,14 @@ from tests.conftest import Kiln, copy_example, expected_checksum, recipe_for
 pytestmark = pytest.mark.compile
 
 
-def build(kiln: Kiln, recipe: Path, tmp_path: Path, *extra: str, workdir: str = "work") -> dict:
+def build(
+    kiln: Kiln,
+    recipe: Path,
+    tmp_path: Path,
+    *extra: str,
+    workdir: str = "work",
+    env: dict[str, str] | None = None,
+) -> dict:
     return kiln.json(
         "build",
         recipe,
@@ -27,6 +34,7 @@ def build(kiln: Kiln, recipe: Path, tmp_path: Path, *extra: str, workdir: str = 
         tmp_path / "ccache",
         "--no-wheel-cache",
         *extra,
+        env=env,
     )
 
 
@@ -195,44 +203,11 @@ def test_changed_compiler_version_misses(kiln: Kiln, tmp_path: Path) -> None:
         "KILN_HOST_CC": str(tmp_path / "bin" / "gcc"),
         "KILN_HOST_CXX": str(tmp_path / "bin" / "g++"),
     }
-    first = kiln.json(
-        "build",
-        recipe,
-        "--out",
-        tmp_path / "out",
-        "--workdir",
-        tmp_path / "w",
-        "--cache-dir",
-        tmp_path / "ccache",
-        "--no-wheel-cache",
-        env=env,
-    )
-    same = kiln.json(
-        "build",
-        recipe,
-        "--out",
-        tmp_path / "out",
-        "--workdir",
-        tmp_path / "w",
-        "--cache-dir",
-        tmp_path / "ccache",
-        "--no-wheel-cache",
-        env=env,
-    )
+    first = build(kiln, recipe, tmp_path, workdir="w", env=env)
+    same = build(kiln, recipe, tmp_path, workdir="w", env=env)
     assert same["cache"]["misses"] == 0 and same["cache"]["hits"] == first["cache"]["total"]
     version_file.write_text("shimcc 2.0\n")
-    changed = kiln.json(
-        "build",
-        recipe,
-        "--out",
-        tmp_path / "out",
-        "--workdir",
-        tmp_path / "w",
-        "--cache-dir",
-        tmp_path / "ccache",
-        "--no-wheel-cache",
-        env=env,
-    )
+    changed = build(kiln, recipe, tmp_path, workdir="w", env=env)
     assert changed["cache"]["hits"] == 0
     assert changed["cache"]["misses"] == first["cache"]["total"]
 
@@ -241,10 +216,26 @@ def test_sccache_backend_rebuild_is_all_hits(kiln: Kiln, tmp_path: Path, install
     tree = copy_example("demo-cpp", tmp_path)
     recipe = recipe_for(tree, "demo-cpp", tmp_path)
     args = ("--cache", "sccache", "--cache-dir", tmp_path / "sccache")
-    cold = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w1",
-                     "--no-wheel-cache", *args)
-    hot = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "w2",
-                    "--no-wheel-cache", *args)
+    cold = kiln.json(
+        "build",
+        recipe,
+        "--out",
+        tmp_path / "out",
+        "--workdir",
+        tmp_path / "w1",
+        "--no-wheel-cache",
+        *args,
+    )
+    hot = kiln.json(
+        "build",
+        recipe,
+        "--out",
+        tmp_path / "out",
+        "--workdir",
+        tmp_path / "w2",
+        "--no-wheel-cache",
+        *args,
+    )
     assert cold["cache"]["backend"] == "sccache"
     assert cold["cache"]["misses"] >= 24 and cold["cache"]["hits"] == 0
     assert hot["cache"]["hits"] == cold["cache"]["misses"] and hot["cache"]["misses"] == 0

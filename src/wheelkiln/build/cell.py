@@ -154,7 +154,11 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     if cache is not None:
         env.update(cache.environment())
     tool_env = toolchain_environment(
-        launch, system.kind, job_dir / "kiln-bin", cuda_home_nvcc=recipe.build.cuda_home_nvcc
+        launch,
+        system.kind,
+        job_dir / "kiln-bin",
+        cuda_home_nvcc=recipe.build.cuda_home_nvcc,
+        build_env=environment.path,
     )
     prepend = tool_env.pop("KILN_PATH_PREPEND", None)
     env.update(tool_env)

@@ -1,8 +1,11 @@
 """Comparing two wheels of the same cell: file lists, exported symbols, bytes.
 
-Debug information records the directory each object was compiled in, and shard jobs
-compile in other trees than an unsharded build: extension modules equal once their
-debug sections are stripped form a second category.
+Debug information records the directory each object was compiled in (DWARF
+``DW_AT_comp_dir``), and shard jobs compile in other trees than an unsharded build: a
+link job's cache hit carries the directory of the shard that stored it. GNU ld computes
+the ``.note.gnu.build-id`` hash over the whole output, debug sections included, so the
+build ID differs as well. Extension modules equal once their debug sections and build-ID
+note are removed form a second category.
 
 nvcc embeds a per-process temporary name (``tmpxft_<pid>_<n>``) in every object it
 writes, so two separate compiles of the same CUDA source differ by a few bytes. Such a
@@ -26,6 +29,7 @@ from wheelkiln.errors import UsageError
 
 NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}(-\d+)?")
 DERIVED = re.compile(r"\.dist-info/RECORD$")
+BUILD_ID_SECTION = ".note.gnu.build-id"
 
 
 @dataclass
@@ -67,10 +71,22 @@ def exported_symbols(data: bytes) -> set[str]:
 
 
 def _without_debug_info(data: bytes) -> bytes:
+    """The object without its debug sections and without its build ID, which GNU ld
+    hashes from the whole output, debug sections included (both sides lose the same
+    note, so the remaining bytes still compare code, data and layout)."""
     with tempfile.TemporaryDirectory(prefix="kiln-verify-") as tmp:
         source, stripped = Path(tmp) / "in.so", Path(tmp) / "out.so"
         source.write_bytes(data)
-        run.run(["strip", "--strip-debug", "-o", str(stripped), str(source)])
+        run.run(
+            [
+                "strip",
+                "--strip-debug",
+                f"--remove-section={BUILD_ID_SECTION}",
+                "-o",
+                str(stripped),
+                str(source),
+            ]
+        )
         return stripped.read_bytes()
 
 

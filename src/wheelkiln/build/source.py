@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import shutil
 import sys
 import tarfile
+import tempfile
 import zipfile
 from pathlib import Path
 
@@ -49,17 +51,16 @@ def _extract(archive: Path, into: Path) -> Path:
     return into
 
 
-def _fetch_pypi(spec: str, sha256: str, store: Path) -> Path:
-    match = PYPI_SPEC.match(spec)
-    assert match is not None
-    name, version = match["name"], match["version"]
-    tree = store / f"{name}-{version}-{sha256[:12]}"
-    if (tree / ".kiln-source").exists():
-        return tree
-    downloads = store / "sdists"
-    downloads.mkdir(parents=True, exist_ok=True)
-    existing = [p for p in downloads.iterdir() if p.is_file() and sha256_file(p) == sha256]
-    if not existing:
+def _download_sdist(spec: str, sha256: str, downloads: Path) -> Path:
+    """Download the sdist of *spec* with pip into *downloads* and check its digest.
+
+    pip saves the file under the name it was uploaded with (``awkward_cpp-57.tar.gz``
+    for ``awkward-cpp==57``), so it downloads into an empty private directory and the
+    one file found there is the sdist: no guessing from names, where ``name-5`` would
+    also match ``name-57``. A file whose digest differs from the pin is never kept.
+    """
+    staging = Path(tempfile.mkdtemp(prefix=".download-", dir=downloads))
+    try:
         run.run(
             [
                 sys.executable,
@@ -71,32 +72,53 @@ def _fetch_pypi(spec: str, sha256: str, store: Path) -> Path:
                 ":all:",
                 "--disable-pip-version-check",
                 "-d",
-                str(downloads),
+                str(staging),
                 spec,
             ],
             what=f"Downloading the sdist {spec}",
         )
-        normalized = name.lower().replace("-", "_").replace(".", "_")
-        existing = [
-            p
-            for p in downloads.iterdir()
-            if (
-                p.is_file()
-                and p.name.lower().replace("-", "_").startswith(f"{normalized}_{version}")
+        files = [path for path in staging.iterdir() if path.is_file()]
+        if len(files) != 1:
+            raise SourceError(
+                f"pip downloaded {len(files)} files for {spec}, expected one sdist: "
+                + (", ".join(sorted(path.name for path in files)) or "none"),
+                hint="Check source.pypi: it must name a package that publishes an sdist.",
             )
-            or p.name.lower().startswith(f"{name.lower()}-{version}")
-        ]
-        if not existing:
-            raise SourceError(f"pip downloaded no sdist for {spec}.", hint="Check the name.")
-        actual = sha256_file(existing[0])
+        actual = sha256_file(files[0])
         if actual != sha256:
             raise SourceError(
-                f"{existing[0].name}: sha256 is {actual}, the recipe pins {sha256}.",
+                f"{files[0].name}: sha256 is {actual}, the recipe pins {sha256}.",
                 hint="The upload changed or the pin is wrong. Check the digest on PyPI "
                 "before updating source.sha256.",
             )
-    _extract(existing[0], tree)
-    (tree / ".kiln-source").write_text(spec + "\n")
+        return files[0].replace(downloads / files[0].name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _fetch_pypi(spec: str, sha256: str, store: Path) -> Path:
+    """The extracted sdist of *spec*, downloaded once and verified against *sha256*.
+
+    Parallel shard jobs all fetch the source on their first build, so the download and
+    the extraction are locked per sdist; a tree counts as fetched only once its
+    ``.kiln-source`` marker is written.
+    """
+    match = PYPI_SPEC.match(spec)
+    assert match is not None
+    name, version = match["name"], match["version"]
+    tree = store / f"{name}-{version}-{sha256[:12]}"
+    if (tree / ".kiln-source").exists():
+        return tree
+    downloads = store / "sdists"
+    downloads.mkdir(parents=True, exist_ok=True)
+    with (store / f"{tree.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (tree / ".kiln-source").exists():
+            return tree  # another job fetched it while this one waited
+        existing = [p for p in downloads.iterdir() if p.is_file() and sha256_file(p) == sha256]
+        sdist = existing[0] if existing else _download_sdist(spec, sha256, downloads)
+        _extract(sdist, tree)
+        (tree / ".kiln-source").write_text(spec + "\n")
     return tree
 
 

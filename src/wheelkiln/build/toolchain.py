@@ -40,6 +40,16 @@ def cuda_home(nvcc: str) -> Path:
     return Path(os.path.realpath(nvcc)).parent.parent
 
 
+def toolkit_home(nvcc: str) -> Path:
+    """The CUDA_HOME a build should see for *nvcc*: its ``bin/..`` as found
+    (``/usr/local/cuda``, not the versioned directory it links to) when that holds the
+    toolkit's headers, else the home of the resolved binary."""
+    home = Path(nvcc).parent.parent
+    if Path(nvcc).parent.name == "bin" and (home / "include" / "cuda_runtime.h").is_file():
+        return home
+    return cuda_home(nvcc)
+
+
 @dataclass(frozen=True)
 class Launch:
     """What stands in front of the compilers: the cache alone, or the seat wrapper."""
@@ -59,19 +69,101 @@ def _exec_line(argv: list[str]) -> str:
     return f'exec {shlex.join(argv)} "$@"'
 
 
+SEAT_SWITCH = "KILN_SEAT_FRONT"
+"""Set (to 1) in shard jobs: the CC/CXX scripts then hand every call to the seat wrapper."""
+
+
+def compiler_identity(compiler: str) -> str:
+    """The first line of ``compiler --version`` (``gcc (Debian 12.2.0-14) 12.2.0``)."""
+    from wheelkiln import run
+
+    try:
+        lines = run.run([compiler, "--version"], check=False).output.strip().splitlines()
+    except Exception:  # a compiler that is not there fails later, where it is called
+        return "unknown"
+    return lines[0].strip() if lines else "unknown"
+
+
+def host_front_script(compiler: str, cache: str | None, seat_argv: list[str]) -> str:
+    """The body of the CC/CXX script: the same bytes in shard jobs and link jobs.
+
+    torch passes ``-ccbin $CC`` to nvcc, and ccache hashes the *content* of a ``-ccbin``
+    file (not its path, and not through compiler_check). A shard script that exec'd the
+    seat wrapper and a link script that exec'd ccache made every nvcc TU miss in the
+    link job. So one script does both, switched by ``KILN_SEAT_FRONT`` in the
+    environment, and names the real host compiler's version, which ccache then hashes.
+    """
+    cached = [cache, compiler] if cache else [compiler]
+    return (
+        f"# wheelkiln host compiler front: {compiler}: {compiler_identity(compiler)}\n"
+        f'case "${SEAT_SWITCH}" in 1) {_exec_line([*seat_argv, compiler])};; esac\n'
+        # nvcc's own host passes (-ccbin $CC) compile tmpxft_* temp files: ccache must
+        # wrap nvcc itself, never its host compiler, so those go straight through.
+        f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n'
+        + _exec_line(cached)
+    )
+
+
+def wheel_cuda_includes(build_env: Path) -> list[Path]:
+    """Include directories of the NVIDIA CUDA wheels in a build environment.
+
+    torch's CUDA wheels depend on ``nvidia-cublas``, ``nvidia-cusparse``... whose headers
+    land in ``site-packages/nvidia/cu13/include`` (CUDA 13) or one
+    ``nvidia/<lib>/include`` per library (CUDA 12). ATen's CUDA headers
+    (``ATen/cuda/CUDAContext.h``) include ``cublas_v2.h``, ``cusparse.h`` and
+    ``cusolverDn.h``, which a toolkit installed without its math libraries lacks.
+    """
+    found: list[Path] = []
+    for site in sorted(build_env.glob("lib/python3*/site-packages/nvidia")):
+        for include in sorted(site.glob("*/include")):
+            if include.is_dir() and any(include.glob("*.h")):
+                found.append(include)
+    return found
+
+
+def cuda_inc_path(toolkit: Path, build_env: Path | None, bin_dir: Path) -> str | None:
+    """A CUDA_INC_PATH (read by torch.utils.cpp_extension) for the math-library headers
+    the toolkit lacks, or None when the toolkit has them or the env has no such wheels."""
+    if build_env is None or (toolkit / "include" / "cublas_v2.h").is_file():
+        return None
+    includes = wheel_cuda_includes(build_env)
+    if not includes:
+        return None
+    if len(includes) == 1:
+        return str(includes[0])
+    # CUDA_INC_PATH is one directory: merge the wheels' headers (first one wins).
+    merged = bin_dir.parent / "cuda-wheel-include"
+    shutil.rmtree(merged, ignore_errors=True)
+    merged.mkdir(parents=True)
+    for include in includes:
+        for entry in include.iterdir():
+            if not (merged / entry.name).exists():
+                (merged / entry.name).symlink_to(entry)
+    return str(merged)
+
+
 def toolchain_environment(
-    launch: Launch, kind: str, bin_dir: Path, *, cuda_home_nvcc: bool = False
+    launch: Launch,
+    kind: str,
+    bin_dir: Path,
+    *,
+    cuda_home_nvcc: bool = False,
+    build_env: Path | None = None,
 ) -> dict[str, str]:
     """Environment variables (and scripts written into ``bin_dir``) for one build.
 
     ``kind`` is the build system: 'cmake', 'meson' or 'setuptools'. CC and CXX are each
     one executable (a script), never ``launcher gcc``: torch passes ``-ccbin $CC`` to
-    nvcc, which needs a single path.
+    nvcc, which needs a single path. ``build_env`` is the cell's build environment: its
+    NVIDIA wheels' headers go on CUDA_INC_PATH where the toolkit lacks them.
     """
     from wheelkiln.cache import launch as cache_launch
     from wheelkiln.shard import wrapper
 
     bin_dir.mkdir(parents=True, exist_ok=True)
+    # torch.utils.cpp_extension puts ccache or sccache (whichever is on PATH) in front of
+    # `cxx` and of $CUDA_HOME/bin/nvcc; torch 2.14 reads this name in _wrap_compiler
+    # (any non-empty value). Every compile goes through exactly one cache: ours.
     env: dict[str, str] = {"TORCH_NO_COMPILER_WRAPPER": "1"}
     host = {
         "cc": os.environ.get("KILN_HOST_CC", "gcc"),
@@ -79,19 +171,12 @@ def toolchain_environment(
     }
     seat = bin_dir / "kiln-seat"
     seat_argv = wrapper.launcher_argv(real_python())
+    env[SEAT_SWITCH] = "1" if launch.seat_wrapper else "0"
     if launch.seat_wrapper:
         _write_script(seat, _exec_line(seat_argv))
+    if launch.seat_wrapper or launch.cache is not None:
         for name, compiler in host.items():
-            _write_script(bin_dir / name, _exec_line([*seat_argv, compiler]))
-    elif launch.cache is not None:
-        for name, compiler in host.items():
-            # nvcc's own host passes (-ccbin $CC) compile tmpxft_* temp files: ccache
-            # must wrap nvcc itself, never its host compiler, so those go straight through.
-            _write_script(
-                bin_dir / name,
-                f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n'
-                + _exec_line([launch.cache, compiler]),
-            )
+            _write_script(bin_dir / name, host_front_script(compiler, launch.cache, seat_argv))
     front = str(seat) if launch.seat_wrapper else launch.cache
     if front is not None:
         if kind == "cmake":
@@ -115,8 +200,17 @@ def toolchain_environment(
     env["NVCC"] = str(shim)
     if kind != "cmake":
         env["KILN_PATH_PREPEND"] = str(bin_dir)
+    if "CUDA_INC_PATH" not in os.environ:
+        inc_path = cuda_inc_path(toolkit_home(nvcc), build_env, bin_dir)
+        if inc_path is not None:
+            env["CUDA_INC_PATH"] = inc_path
     if cuda_home_nvcc:
         env["CUDA_HOME"] = str(_cuda_home_shim(cuda_home(nvcc), bin_dir.parent / "cuda-home", shim))
+    else:
+        # Always say where the toolkit is. Without CUDA_HOME, torch.utils.cpp_extension
+        # guesses it from `nvcc` on PATH, which is our shim in bin_dir, so it took the
+        # job directory for the toolkit ("nvcc not found at '<job>/bin/nvcc'").
+        env["CUDA_HOME"] = str(toolkit_home(nvcc))
     return env
 
 

@@ -180,12 +180,51 @@ def _failed(record: Mapping[str, object]) -> bool:
     return record.get("exit") not in (0, None)
 
 
-def _probe_sources(records: Iterable[Mapping[str, object]]) -> set[str]:
+def _is_tu_compile(record: Mapping[str, object]) -> bool:
+    """A record of a TU compiled for real (in the seat or the source partition)."""
+    action = record.get("action")
+    return action in ("compile", "link-probe-rebuild") or (
+        action == "passthrough" and bool(record.get("tu"))
+    )
+
+
+def scratch_probe_failures(records: Sequence[Mapping[str, object]]) -> list[int]:
+    """Indexes of failed TU compiles that the build went past: probes under a fixed name.
+
+    Some setup.py scripts probe the toolchain by writing a test program to one fixed
+    path inside the tree and compiling it again and again (pycryptodome's
+    ``compiler_opt.test_compilation`` writes ``build/test1.c`` some thirty times, one
+    feature each, and expects the probes for ``intrin.h`` or ARMv8 intrinsics to fail on
+    x86-64 Linux). No name list knows such a path, and its TU key is stable, so the seat
+    treats it as a TU. What gives it away is the order: a real TU that fails stops the
+    build, so nothing compiles that path again after the failure; a probe's failure is
+    an answer, and the build goes on to compile the same path successfully. A failed
+    compile followed later in the log by a successful compile of the same TU key is such
+    a probe; one that is never followed by a success is a real failure.
+    """
+    last_success: dict[str, int] = {}
+    for index, record in enumerate(records):
+        tu = record.get("tu")
+        if isinstance(tu, str) and _is_tu_compile(record) and not _failed(record):
+            last_success[tu] = index
+    return [
+        index
+        for index, record in enumerate(records)
+        if _is_tu_compile(record)
+        and _failed(record)
+        and isinstance(record.get("tu"), str)
+        and last_success.get(str(record["tu"]), -1) > index
+    ]
+
+
+def _probe_sources(records: Sequence[Mapping[str, object]]) -> set[str]:
     """Source paths (as written and as file names) of the probes that failed."""
     sources: set[str] = set()
-    for record in records:
+    scratch = set(scratch_probe_failures(records))
+    for index, record in enumerate(records):
         argv = record.get("argv")
-        if record.get("action") != "probe" or not _failed(record) or not isinstance(argv, list):
+        is_probe = record.get("action") == "probe" or index in scratch
+        if not is_probe or not _failed(record) or not isinstance(argv, list):
             continue
         arguments = [str(item) for item in argv]
         for source in parse_compiler_args(arguments[0], arguments[1:]).sources:
@@ -203,14 +242,16 @@ def _real_diagnostics(build_log: str, records: Sequence[Mapping[str, object]]) -
     option``) is a probe's when probes failed and no real compile did.
     """
     probe_sources = _probe_sources(records)
+    scratch = set(scratch_probe_failures(records))
     probes_failed = bool(probe_sources)
     real_failed = any(
         _failed(record)
+        and index not in scratch
         and (
             record.get("action") in _REAL_WORK_ACTIONS
             or (record.get("action") == "passthrough" and record.get("tu"))
         )
-        for record in records
+        for index, record in enumerate(records)
     )
     real: list[str] = []
     for line, located in _diagnostic_lines(build_log):
@@ -237,6 +278,8 @@ def shard_gate(
     * No compiler diagnostic may appear in the log (except those of build-system probes
       that failed on purpose, see :func:`_real_diagnostics`), and no TU compile may have
       failed in the wrapper's records: a broken TU is broken in the link job too.
+      Probes compiled under a fixed in-tree name that the build went past are not TU
+      failures (:func:`scratch_probe_failures`).
     * Exit 0 passes on those two alone.
     * A non-zero exit passes only if real objects (larger than one byte and not a stub
       the wrapper wrote) exist *and* the failure was the expected one: an
@@ -257,14 +300,11 @@ def shard_gate(
     diagnostics = _real_diagnostics(build_log, wrapper_records)
     if diagnostics:
         reasons.append("compiler diagnostics in the build log: " + " | ".join(diagnostics[:5]))
+    scratch = set(scratch_probe_failures(wrapper_records))
     failed = [
         record
-        for record in wrapper_records
-        if _failed(record)
-        and (
-            record.get("action") in ("compile", "link-probe-rebuild")
-            or (record.get("action") == "passthrough" and record.get("tu"))
-        )
+        for index, record in enumerate(wrapper_records)
+        if _failed(record) and _is_tu_compile(record) and index not in scratch
     ]
     if failed:
         names = ", ".join(str(record.get("tu")) for record in failed[:5])
