@@ -5,7 +5,8 @@
 The shards run one at a time, so each is timed alone, as it would be on its own
 machine. Printed as ratios of times measured in this run:
 
-* critical path (slowest shard + link job) / unsharded cold wall   (goal <= 0.35)
+* critical path (slowest shard + link job) / unsharded cold wall   (goal <= 0.35),
+  with the hash partition and again with a map from `kiln shard-plan`
 * link job / plain hot build                                       (goal <= 1.10)
 * seat-wrapper cost per TU over a direct ccache hit, and per stub  (goal <= +10 ms)
 """
@@ -34,6 +35,7 @@ from wheelkiln.shard import wrapper  # noqa: E402
 
 def kiln(*args: str | Path) -> dict[str, Any]:
     argv = [sys.executable, "-m", "wheelkiln", *map(str, args), "--json"]
+    print("+ kiln", " ".join(map(str, args[:2])), "...", file=sys.stderr)
     done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
     if done.returncode != 0:
         sys.exit(f"kiln {' '.join(map(str, args))} failed:\n{done.stderr[-3000:]}")
@@ -94,12 +96,20 @@ def main() -> None:
         shards = [kiln("shard", args.recipe, "--index", str(i), "--count", str(args.count),
                        "--out", scratch / "shards", *common) for i in range(args.count)]
         link = kiln("link", args.recipe, "--shards", scratch / "shards", "--out", scratch / "linked", *common)
+        # The same again with TUs placed by the first round's compile times.
+        kiln("shard-plan", scratch / "shards", "--count", str(args.count), "--out", scratch / "map.json")
+        planned = [kiln("shard", args.recipe, "--index", str(i), "--count", str(args.count),
+                        "--partition-map", scratch / "map.json", "--out", scratch / "planned", *common)
+                   for i in range(args.count)]
+        planned_link = kiln("link", args.recipe, "--shards", scratch / "planned", "--out",
+                            scratch / "planned-linked", *common)
         cell = link["cell"]
         slowest = max(range(args.count), key=lambda i: shards[i]["wall_seconds"])
         suffix = f"shard-{slowest}-of-{args.count}"
         costs = wrapper_costs(work / f"{cell}-{suffix}", work / f"{cell}-{suffix}.cache", work.resolve(),
                               slowest, args.count, args.rounds)
     critical = shards[slowest]["wall_seconds"] + link["wall_seconds"]
+    planned_critical = max(s["wall_seconds"] for s in planned) + planned_link["wall_seconds"]
     figures = {
         "recipe": args.recipe,
         "count": args.count,
@@ -110,6 +120,9 @@ def main() -> None:
         "link_misses": link["cache"]["misses"],
         "link_total": link["cache"]["total"],
         "critical_path_over_cold": round(critical / cold["wall_seconds"], 3),
+        "balanced_shard_seconds": [s["wall_seconds"] for s in planned],
+        "balanced_link_misses": planned_link["cache"]["misses"],
+        "balanced_critical_path_over_cold": round(planned_critical / cold["wall_seconds"], 3),
         "link_over_hot": round(link["wall_seconds"] / hot["wall_seconds"], 3),
         **{k: round(v, 2) for k, v in costs.items()},
     }
@@ -121,6 +134,9 @@ def main() -> None:
     print(f"  shards {', '.join(f'{s:.1f}' for s in figures['shard_seconds'])} s; link {link['wall_seconds']:.1f} s "
           f"({link['cache']['hits']} hits, {link['cache']['misses']} misses)")
     print(f"  critical path / unsharded cold = {figures['critical_path_over_cold']:.2f} (goal <= 0.35)")
+    print(f"  with a cost-balanced map: shards {', '.join(f'{x:.1f}' for x in figures['balanced_shard_seconds'])} s, "
+          f"link misses {figures['balanced_link_misses']}, critical path / unsharded cold = "
+          f"{figures['balanced_critical_path_over_cold']:.2f}")
     print(f"  link job / plain hot build     = {figures['link_over_hot']:.2f} (goal <= 1.10)")
     print(f"  wrapper added to a ccache hit  = {figures['wrapper_added_ms']:+.1f} ms "
           f"(direct {figures['direct_ccache_hit_ms']:.1f} ms; goal <= +10 ms)")

@@ -365,6 +365,12 @@ def job_options(command: F) -> F:
     help="Partition mechanism (default: the recipe's).",
 )
 @click.option(
+    "--partition-map",
+    "partition_map",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="TU → shard map from `kiln shard-plan` (default: the recipe's sharding.partition_map).",
+)
+@click.option(
     "--out",
     "out_dir",
     type=click.Path(path_type=Path),
@@ -380,6 +386,7 @@ def shard(
     index: int,
     count: int | None,
     mechanism: str | None,
+    partition_map: Path | None,
     out_dir: Path,
     cache_name: str | None,
     workdir: Path | None,
@@ -403,7 +410,16 @@ def shard(
     total = count or loaded.recipe.sharding.count
     options = _common_options(cache_name, loaded, workdir, jobs, namespace)
     with builder_lock(None):
-        result = run_shard(loaded, chosen, index, total, out_dir, options, mechanism=mechanism)
+        result = run_shard(
+            loaded,
+            chosen,
+            index,
+            total,
+            out_dir,
+            options,
+            mechanism=mechanism,
+            partition_map_path=partition_map.resolve() if partition_map else None,
+        )
     if as_json:
         emit_json(result.record)
     label = shard_label(index, total)
@@ -501,6 +517,57 @@ def link(
             f"The link gate of {chosen.id} failed:\n- " + "\n- ".join(gate.problems),
             hint="The wheel was kept. Re-run the named shards, or look at the missed TUs above.",
         )
+
+
+@cli.command("shard-plan", context_settings=CONTEXT)
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option(
+    "--count", "count", type=click.IntRange(1, 256), required=True, help="N shards to plan for."
+)
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="The partition map to write (JSON); point sharding.partition_map at it.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def shard_plan(sources: tuple[Path, ...], count: int, out_path: Path, as_json: bool) -> None:
+    """Balance TUs across COUNT shards by the compile times of an earlier sharded build.
+
+    SOURCES are shard archives, shard job directories or wrapper.jsonl logs. Longest TU
+    first onto the least-loaded shard; TUs never timed keep their hash shard.
+    """
+    from wheelkiln.shard.balance import BalancePlan, balance, read_costs
+    from wheelkiln.shard.partition import shard_label
+
+    plan = balance(read_costs(list(sources)), count)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    out_path.write_text(json.dumps(plan.mapping, indent=2, sort_keys=True) + "\n")
+    if as_json:
+        emit_json(
+            {
+                "map": str(out_path),
+                "tus": len(plan.mapping),
+                "loads": plan.loads,
+                "hash_loads": plan.hash_loads,
+            }
+        )
+    table = Table(
+        title=f"kiln shard-plan: {len(plan.mapping)} TUs over {count} shards", title_justify="left"
+    )
+    for column in ("shard", "hash partition (s)", "balanced (s)"):
+        table.add_column(column, justify="left" if column == "shard" else "right")
+    for index in range(count):
+        table.add_row(
+            shard_label(index, count), f"{plan.hash_loads[index]:.1f}", f"{plan.loads[index]:.1f}"
+        )
+    ui.console.print(table)
+    ui.info(
+        f"slowest/mean: hash {BalancePlan.imbalance(plan.hash_loads):.2f}, "
+        f"balanced {BalancePlan.imbalance(plan.loads):.2f}. Map written to {out_path}; "
+        "set sharding.partition_map to it (relative to the recipe)."
+    )
 
 
 @cli.command(context_settings=CONTEXT)

@@ -48,6 +48,24 @@ def toolchain_fingerprint(
     }
 
 
+def _read_partition_map(path: Path, count: int) -> dict[str, int]:
+    try:
+        mapping = load_partition_map(path)
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"Partition map {path}: {exc}",
+            hint="Write one with `kiln shard-plan`, or remove sharding.partition_map.",
+        ) from None
+    wrong = sorted(tu for tu, index in mapping.items() if index >= count)
+    if wrong:
+        raise UsageError(
+            f"Partition map {path} places {len(wrong)} TU(s) on shards beyond {count}, "
+            f"e.g. {wrong[0]!r}: it was planned for more shards.",
+            hint=f"Plan it again for {count} shards: kiln shard-plan ... --count {count}.",
+        )
+    return mapping
+
+
 @dataclass(frozen=True)
 class ShardResult:
     index: int
@@ -68,6 +86,7 @@ def run_shard(
     options: BuildOptions,
     *,
     mechanism: str | None = None,
+    partition_map_path: Path | None = None,
 ) -> ShardResult:
     """Build shard ``index`` of ``count`` (0-based) and pack its cache when it passes."""
     recipe = loaded.recipe
@@ -90,11 +109,9 @@ def run_shard(
     stub = job_dir / "empty.o"
     cache_dir = (options.cache_dir or job_dir.with_name(job_dir.name + ".cache")).resolve()
     shutil.rmtree(cache_dir, ignore_errors=True)
-    partition_map = (
-        load_partition_map(loaded.resolve(recipe.sharding.partition_map))
-        if recipe.sharding.partition_map
-        else None
-    )
+    if partition_map_path is None and recipe.sharding.partition_map:
+        partition_map_path = loaded.resolve(recipe.sharding.partition_map)
+    partition_map = _read_partition_map(partition_map_path, count) if partition_map_path else None
 
     def prepare(tree_path: Path) -> None:
         run.run(
@@ -120,8 +137,8 @@ def run_shard(
         # pass-through, so the two partitions can never both act.
         extra_env["KILN_SHARD_INDEX"] = str(index)
         extra_env["KILN_SHARD_COUNT"] = str(count)
-        if recipe.sharding.partition_map:
-            extra_env["KILN_PARTITION_MAP"] = str(loaded.resolve(recipe.sharding.partition_map))
+        if partition_map_path is not None:
+            extra_env["KILN_PARTITION_MAP"] = str(partition_map_path)
     shard_options = BuildOptions(
         cache=options.cache,
         cache_dir=cache_dir,

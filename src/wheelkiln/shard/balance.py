@@ -1,0 +1,99 @@
+"""Cost-balanced partition maps from the compile times of an earlier sharded build.
+
+The hash partition spreads TUs evenly by count, not by cost: with 26 TUs in 4 shards it
+can hand one shard 11 and another 3, and when one family's TUs take minutes the slowest
+shard sets the critical path. Every shard logs each compile's seconds, and every shard
+archive carries that log, so a later run can place the TUs by cost: longest first, each
+onto the shard with the least work so far (the LPT rule, within 4/3 of the optimum).
+TUs that no log has timed keep their hash shard.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from wheelkiln.errors import UsageError
+from wheelkiln.shard.gate import read_wrapper_log
+from wheelkiln.shard.partition import shard_of
+
+TIMED_ACTIONS = ("compile",)
+
+
+def tu_costs(records: Iterable[Mapping[str, object]]) -> dict[str, float]:
+    """Seconds per TU key from wrapper records (the slowest compile of each key)."""
+    costs: dict[str, float] = {}
+    for record in records:
+        tu, seconds = record.get("tu"), record.get("seconds")
+        if (
+            record.get("action") in TIMED_ACTIONS
+            and isinstance(tu, str)
+            and isinstance(seconds, int | float)
+        ):
+            costs[tu] = max(costs.get(tu, 0.0), float(seconds))
+    return costs
+
+
+def read_costs(sources: Iterable[Path]) -> dict[str, float]:
+    """TU costs from wrapper logs, shard job directories, or shard archives."""
+    records: list[dict[str, object]] = []
+    for source in sources:
+        if source.is_dir():
+            for log in sorted(source.rglob("wrapper.jsonl")):
+                records.extend(read_wrapper_log(log))
+            archives = sorted(source.rglob("*-shard-*-of-*.tar.gz"))
+        elif source.name.endswith(".tar.gz"):
+            archives = [source]
+        else:
+            records.extend(read_wrapper_log(source))
+            archives = []
+        for archive in archives:
+            with tarfile.open(archive, "r:gz") as tar:
+                try:
+                    handle = tar.extractfile("extra/wrapper.jsonl")
+                except KeyError:
+                    continue
+                if handle is not None:
+                    lines = handle.read().decode(errors="replace").splitlines()
+                    records.extend(json.loads(line) for line in lines if line.strip().endswith("}"))
+    costs = tu_costs(records)
+    if not costs:
+        raise UsageError(
+            "No timed compiles found in " + ", ".join(str(s) for s in sources) + ".",
+            hint="Point at shard archives, shard job directories or wrapper.jsonl logs "
+            "from an earlier sharded build.",
+        )
+    return costs
+
+
+@dataclass(frozen=True)
+class BalancePlan:
+    mapping: dict[str, int]
+    loads: list[float]
+    """Predicted compile seconds per shard under the map."""
+    hash_loads: list[float]
+    """The same TUs under the plain hash partition, for comparison."""
+
+    @staticmethod
+    def imbalance(loads: list[float]) -> float:
+        """Slowest shard over the mean: 1.0 is perfect balance."""
+        mean = sum(loads) / len(loads) if loads else 0.0
+        return max(loads) / mean if mean else 1.0
+
+
+def balance(costs: Mapping[str, float], count: int) -> BalancePlan:
+    """Longest TU first, each onto the least-loaded shard; ties broken by key, so the
+    same costs always give the same map."""
+    loads = [0.0] * count
+    mapping: dict[str, int] = {}
+    for tu, seconds in sorted(costs.items(), key=lambda item: (-item[1], item[0])):
+        index = min(range(count), key=lambda i: (loads[i], i))
+        mapping[tu] = index
+        loads[index] += seconds
+    hash_loads = [0.0] * count
+    for tu, seconds in costs.items():
+        hash_loads[shard_of(tu, count)] += seconds
+    return BalancePlan(dict(sorted(mapping.items())), loads, hash_loads)
