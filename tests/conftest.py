@@ -19,6 +19,18 @@ EXAMPLES = ROOT / "examples"
 RECIPES = ROOT / "recipes"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """CUDA tests need nvcc (no GPU): without one they are skipped, and say why."""
+    from wheelkiln.build.toolchain import find_nvcc
+
+    if find_nvcc() is not None:
+        return
+    skip = pytest.mark.skip(reason="no nvcc found ($CUDA_HOME, /usr/local/cuda or PATH)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def kiln_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """One KILN_HOME per test session: build environments are made once and reused.
