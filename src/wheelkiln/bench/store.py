@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from wheelkiln.errors import KilnError
 from wheelkiln.paths import state_home
 
@@ -202,7 +204,7 @@ def _parse_fast(body: bytes, line_count: int) -> list[dict[str, Any]] | None:
     payload = payload.replace(b"\n", b",")
     with paused_gc():
         try:
-            values: list[Any] = json.loads(payload)
+            values: list[Any] = orjson.loads(payload)
         except ValueError:
             return None
         finally:
@@ -214,7 +216,7 @@ def _parse_fast(body: bytes, line_count: int) -> list[dict[str, Any]] | None:
 
 def _parse_line(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
+        return orjson.loads(raw)
     except ValueError:
         return None
 
