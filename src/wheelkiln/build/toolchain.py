@@ -3,7 +3,10 @@ compiler the package's build system calls.
 
 * CMake (scikit-build-core): ``CMAKE_<LANG>_COMPILER_LAUNCHER`` for C, CXX and CUDA.
   CMake's Ninja generator asks nvcc for a depfile itself.
-* setuptools and meson: ``CC``/``CXX`` as ``LAUNCHER gcc``.
+* setuptools and meson: ``CC``/``CXX`` as one script each, the same bytes in shard and
+  link jobs (torch hands ``$CC`` to nvcc as ``-ccbin``, and ccache hashes its content).
+* ``CUDA_HOME`` always names the toolkit (torch would take kiln's shim directory for it),
+  and ``CUDA_INC_PATH`` the build env's NVIDIA wheel headers the toolkit lacks (cuBLAS...).
 * nvcc called by name, by ``PYTORCH_NVCC`` (torch's ninja writer) or as
   ``$CUDA_HOME/bin/nvcc`` (torch without ninja): a small ``nvcc`` script that adds
   ``-MD -MF`` where no depfile was asked for, so ccache's depend mode applies.
