@@ -329,28 +329,6 @@ def test_torch_ninja_extension_shards_through_pytorch_nvcc(
 SCATTER = "torch-scatter==2.1.2"
 
 
-def _seed_scatter_sdist(environment: BuildEnvironment, kiln_home: Path, sha256: str) -> None:
-    """Put torch-scatter's sdist where kiln looks before downloading.
-
-    kiln fetches a pypi source with ``pip download --no-binary :all:``, which prepares
-    the sdist's metadata, and torch-scatter's setup.py imports torch: that fails in an
-    environment without torch. The build environment has torch, so its pip can do it.
-    """
-    from wheelkiln.build.source import sha256_file
-
-    sdists = kiln_home / "sources" / "sdists"
-    sdists.mkdir(parents=True, exist_ok=True)
-    if any(sha256_file(p) == sha256 for p in sdists.iterdir() if p.is_file()):
-        return
-    result = subprocess.run(
-        [str(environment.python), "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-         "--no-build-isolation", "--disable-pip-version-check", "-d", str(sdists), SCATTER],
-        capture_output=True, text=True, check=False,
-    )
-    if result.returncode != 0:
-        pytest.skip(f"cannot download the {SCATTER} sdist from PyPI: {result.stdout[-500:]}")
-
-
 @pytest.mark.slow
 @pytest.mark.cuda
 @pytest.mark.compile
@@ -371,7 +349,6 @@ def test_torch_scatter_shards_through_cuda_home_nvcc(
     stub.mkdir()
     (stub / "setup.py").write_text("from setuptools import setup\nsetup()\n")
     environment = torch_build_environment(stub, kiln_home, tuple(pinned["build"]["requires"]))
-    _seed_scatter_sdist(environment, kiln_home, pinned["source"]["sha256"])
 
     reference = kiln.json("build", recipe, "--out", tmp_path / "ref", "--workdir",
                           tmp_path / "refwork", "--cache-dir", tmp_path / "refcache",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -206,27 +207,52 @@ def _sdist(path: Path, top: str) -> bytes:
 
 
 @pytest.fixture
-def fake_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """``pip download`` replaced by a copy of awkward-cpp 57's file name and layout
-    (``awkward_cpp-57.tar.gz`` holding ``awkward_cpp-57/``)."""
+def fake_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """A package index on 127.0.0.1 serving awkward-cpp 57's file name and layout
+    (``awkward_cpp-57.tar.gz`` holding ``awkward_cpp-57/``) through the PEP 691 JSON
+    API; the list collects every file download."""
+    import hashlib
+    import http.server
+    import json
+    import threading
     import time
 
-    from wheelkiln.build import source
-
-    calls: list[list[str]] = []
+    downloads: list[str] = []
     sdist = tmp_path / "pypi" / "awkward_cpp-57.tar.gz"
     sdist.parent.mkdir()
     _sdist(sdist, "awkward_cpp-57")
+    listing = json.dumps({"files": [
+        {"filename": sdist.name, "url": f"../../files/{sdist.name}",
+         "hashes": {"sha256": hashlib.sha256(sdist.read_bytes()).hexdigest()}},
+    ]}).encode()
 
-    def download(argv: list[str], **_: object) -> object:
-        calls.append(list(argv))
-        time.sleep(0.2)  # long enough for a second job to arrive meanwhile
-        destination = Path(argv[argv.index("-d") + 1])
-        (destination / sdist.name).write_bytes(sdist.read_bytes())
-        return None
+    class Index(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/simple/awkward-cpp/":
+                body, kind = listing, "application/vnd.pypi.simple.v1+json"
+            elif self.path == f"/files/{sdist.name}":
+                downloads.append(self.path)
+                time.sleep(0.2)  # long enough for a second job to arrive meanwhile
+                body, kind = sdist.read_bytes(), "application/gzip"
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
 
-    monkeypatch.setattr(source.run, "run", download)
-    return calls
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Index)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
+    yield downloads
+    server.shutdown()
+    server.server_close()
 
 
 def _sha256(path: Path) -> str:
@@ -236,7 +262,7 @@ def _sha256(path: Path) -> str:
 
 
 def test_fetch_pypi_downloads_once_for_parallel_shards(
-    tmp_path: Path, fake_pip: list[list[str]]
+    tmp_path: Path, fake_pip: list[str]
 ) -> None:
     """`kiln build --shards 3` starts its shard jobs in parallel, and each fetches the
     source on its first build: one download, one extraction, one tree."""
@@ -251,8 +277,7 @@ def test_fetch_pypi_downloads_once_for_parallel_shards(
     _sdist(store / "sdists" / "awkward_cpp-570.tar.gz", "awkward_cpp-570")
     with ThreadPoolExecutor(3) as pool:
         trees = list(pool.map(lambda _: _fetch_pypi("awkward-cpp==57", digest, store), range(3)))
-    assert len(fake_pip) == 1
-    assert fake_pip[0][-1] == "awkward-cpp==57"
+    assert fake_pip == ["/files/awkward_cpp-57.tar.gz"]
     assert len(set(trees)) == 1 and (trees[0] / "pyproject.toml").is_file()
     assert sorted(p.name for p in (store / "sdists").iterdir()) == [
         "awkward_cpp-57.tar.gz",
@@ -263,11 +288,30 @@ def test_fetch_pypi_downloads_once_for_parallel_shards(
     assert len(fake_pip) == 1
 
 
-def test_fetch_pypi_refuses_a_changed_upload(tmp_path: Path, fake_pip: list[list[str]]) -> None:
+def test_fetch_pypi_refuses_a_changed_upload(tmp_path: Path, fake_pip: list[str]) -> None:
     from wheelkiln.build.source import _fetch_pypi
     from wheelkiln.errors import SourceError
 
     store = tmp_path / "sources"
-    with pytest.raises(SourceError, match="the recipe pins 0000"):
+    with pytest.raises(SourceError, match="lists no file of awkward-cpp==57 with the pinned sha256 0000"):
         _fetch_pypi("awkward-cpp==57", "0" * 64, store)
+    assert fake_pip == [], "nothing is downloaded when the index lists no such digest"
     assert list((store / "sdists").iterdir()) == [], "a file with the wrong digest is not kept"
+
+
+def test_verify_blanks_nvcc_path_hashes_in_internal_symbols(tmp_path: Path) -> None:
+    """torch-scatter, built in two trees: nvcc's `_INTERNAL_<8 hex>_` names hash the
+    source's absolute path, so the modules differ in those bytes only."""
+    import zipfile
+
+    from wheelkiln.build.compare import compare_wheels
+
+    def wheel(path: Path, tag: bytes) -> Path:
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("pkg/data.bin", b"\x7fELF..._INTERNAL_" + tag + b"_kernel..._GLOBAL__N__" + tag + b"_x")
+        return path
+
+    result = compare_wheels(wheel(tmp_path / "a.whl", b"1f2e3d4c"), wheel(tmp_path / "b.whl", b"9a8b7c6d"))
+    assert result.nvcc_temp_names_only == ["pkg/data.bin"] and result.equivalent
+    other = compare_wheels(wheel(tmp_path / "c.whl", b"1f2e3d4c"), wheel(tmp_path / "d.whl", b"not-hex!"))
+    assert other.differing == ["pkg/data.bin"] and not other.equivalent

@@ -8,9 +8,10 @@ build ID differs as well. Extension modules equal once their debug sections and 
 note are removed form a second category.
 
 nvcc embeds a per-process temporary name (``tmpxft_<pid>_<n>``) in every object it
-writes, so two separate compiles of the same CUDA source differ by a few bytes. Such a
-difference is its own category, not a failure: after the temp names are normalised
-the bytes are equal.
+writes, and names internal-linkage device symbols (``_INTERNAL_<hash>_``) with a hash of
+the source's absolute path, so two compiles of the same CUDA source in different trees
+differ by a few bytes. Such a difference is its own category, not a failure: once those
+names are blanked the bytes are equal.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from wheelkiln.build.wheel import is_extension
 from wheelkiln.errors import UsageError
 
 NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}(-\d+)?")
+NVCC_PATH_HASH = re.compile(rb"(_INTERNAL_|_GLOBAL__N__)[0-9a-f]{8}_")
+"""nvcc names internal-linkage device symbols with a hash of the source's absolute path."""
 DERIVED = re.compile(r"\.dist-info/RECORD$")
 BUILD_ID_SECTION = ".note.gnu.build-id"
 
@@ -91,7 +94,31 @@ def _without_debug_info(data: bytes) -> bytes:
 
 
 def _normalized(data: bytes) -> bytes:
-    return NVCC_TEMP_NAME.sub(b"tmpxft", data)
+    """nvcc's per-compile names blanked: temp names, and the path hashes in internal
+    symbol names (same length, so offsets and layout still compare)."""
+    data = NVCC_TEMP_NAME.sub(b"tmpxft", data)
+    return NVCC_PATH_HASH.sub(lambda m: m.group(1) + b"00000000_", data)
+
+
+def _classify(name: str, a: bytes, b: bytes, result: WheelComparison) -> None:
+    """File one common file under identical, nvcc names only, debug info only, or differing."""
+    if a == b:
+        result.identical.append(name)
+        return
+    if _normalized(a) == _normalized(b):
+        result.nvcc_temp_names_only.append(name)
+        return
+    if is_extension(name):
+        # Debug info names the directory each object was compiled in (shards and
+        # unsharded builds compile in different trees), and the build ID hashes it.
+        stripped_a, stripped_b = _without_debug_info(a), _without_debug_info(b)
+        if stripped_a == stripped_b:
+            result.debug_info_only.append(name)
+            return
+        if _normalized(stripped_a) == _normalized(stripped_b):
+            result.nvcc_temp_names_only.append(name)
+            return
+    result.differing.append(name)
 
 
 def _read(path: Path) -> dict[str, bytes]:
@@ -112,18 +139,7 @@ def compare_wheels(wheel_a: Path, wheel_b: Path) -> WheelComparison:
     for name in sorted(set(a) & set(b)):
         if DERIVED.search(name):
             continue
-        if a[name] == b[name]:
-            result.identical.append(name)
-        elif _normalized(a[name]) == _normalized(b[name]):
-            result.nvcc_temp_names_only.append(name)
-        elif is_extension(name) and _normalized(_without_debug_info(a[name])) == _normalized(
-            _without_debug_info(b[name])
-        ):
-            # Debug info names the directory each object was compiled in: shards and
-            # unsharded builds compile in different trees.
-            result.debug_info_only.append(name)
-        else:
-            result.differing.append(name)
+        _classify(name, a[name], b[name], result)
         if is_extension(name):
             result.symbols_checked += 1
             if hashlib.sha256(a[name]).digest() == hashlib.sha256(b[name]).digest():

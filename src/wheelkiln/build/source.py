@@ -5,10 +5,14 @@ from __future__ import annotations
 import fcntl
 import fnmatch
 import hashlib
+import json
+import os
+import re
 import shutil
-import sys
 import tarfile
 import tempfile
+import urllib.parse
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -51,47 +55,72 @@ def _extract(archive: Path, into: Path) -> Path:
     return into
 
 
-def _download_sdist(spec: str, sha256: str, downloads: Path) -> Path:
-    """Download the sdist of *spec* with pip into *downloads* and check its digest.
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 
-    pip saves the file under the name it was uploaded with (``awkward_cpp-57.tar.gz``
-    for ``awkward-cpp==57``), so it downloads into an empty private directory and the
-    one file found there is the sdist: no guessing from names, where ``name-5`` would
-    also match ``name-57``. A file whose digest differs from the pin is never kept.
+
+def index_url() -> str:
+    """The package index: ``$PIP_INDEX_URL``, else PyPI's simple API."""
+    return os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
+
+
+def _download_sdist(spec: str, sha256: str, downloads: Path) -> Path:
+    """Download the file the index lists with digest *sha256* for *spec*, and verify it.
+
+    The index's JSON page (PEP 691) names every file of the project with its sha256, so
+    the pinned file is found by its digest and fetched as bytes. ``pip download`` would
+    first build the sdist's metadata, which runs its setup.py: torch-scatter's imports
+    torch, so it cannot even be downloaded that way. A file whose bytes do not match the
+    pin is never kept.
     """
+    match = PYPI_SPEC.match(spec)
+    assert match is not None
+    project = re.sub(r"[-_.]+", "-", match["name"]).lower()
+    page = f"{index_url()}/{project}/"
+    try:
+        request = urllib.request.Request(page, headers={"Accept": SIMPLE_JSON})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            listing = json.load(response)
+    except (OSError, ValueError) as exc:
+        raise SourceError(
+            f"Cannot read the package index page {page}: {exc}.",
+            hint="Check the network, the project name in source.pypi, or PIP_INDEX_URL.",
+        ) from None
+    files = [f for f in listing.get("files", []) if f.get("hashes", {}).get("sha256") == sha256]
+    if not files:
+        version = match["version"]
+        candidates = sorted(
+            f"{f['filename']} ({f.get('hashes', {}).get('sha256', '?')})"
+            for f in listing.get("files", [])
+            if f"-{version}." in f.get("filename", "") and not f["filename"].endswith(".whl")
+        )
+        raise SourceError(
+            f"{page} lists no file of {spec} with the pinned sha256 {sha256}. "
+            + (
+                f"Its sdists of {version}: {', '.join(candidates)}."
+                if candidates
+                else f"It lists no sdist of version {version}."
+            ),
+            hint="The upload changed or the pin is wrong. Check the digest on PyPI before "
+            "updating source.sha256.",
+        )
+    chosen = files[0]
+    url = urllib.parse.urljoin(page, chosen["url"])
     staging = Path(tempfile.mkdtemp(prefix=".download-", dir=downloads))
     try:
-        run.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                "--disable-pip-version-check",
-                "-d",
-                str(staging),
-                spec,
-            ],
-            what=f"Downloading the sdist {spec}",
-        )
-        files = [path for path in staging.iterdir() if path.is_file()]
-        if len(files) != 1:
-            raise SourceError(
-                f"pip downloaded {len(files)} files for {spec}, expected one sdist: "
-                + (", ".join(sorted(path.name for path in files)) or "none"),
-                hint="Check source.pypi: it must name a package that publishes an sdist.",
-            )
-        actual = sha256_file(files[0])
+        target = staging / Path(urllib.parse.urlparse(url).path).name
+        try:
+            with urllib.request.urlopen(url, timeout=300) as response, target.open("wb") as out:
+                shutil.copyfileobj(response, out)
+        except OSError as exc:
+            raise SourceError(f"Downloading {url} failed: {exc}.", hint="Try again.") from None
+        actual = sha256_file(target)
         if actual != sha256:
             raise SourceError(
-                f"{files[0].name}: sha256 is {actual}, the recipe pins {sha256}.",
+                f"{target.name}: sha256 is {actual}, the recipe pins {sha256}.",
                 hint="The upload changed or the pin is wrong. Check the digest on PyPI "
                 "before updating source.sha256.",
             )
-        return files[0].replace(downloads / files[0].name)
+        return target.replace(downloads / target.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

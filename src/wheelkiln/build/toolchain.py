@@ -1,8 +1,9 @@
 """How the compiler cache (or, in shard jobs, the seat wrapper) sits in front of every
 compiler the package's build system calls.
 
-* CMake (scikit-build-core): ``CMAKE_<LANG>_COMPILER_LAUNCHER`` for C, CXX and CUDA.
-  CMake's Ninja generator asks nvcc for a depfile itself.
+* CMake (scikit-build-core): ``CMAKE_<LANG>_COMPILER_LAUNCHER`` for C, CXX and CUDA,
+  and in shard jobs ``CMAKE_<LANG>_LINKER_LAUNCHER`` as well. CMake's Ninja generator
+  asks nvcc for a depfile itself.
 * setuptools and meson: ``CC``/``CXX`` as one script each, the same bytes in shard and
   link jobs (torch hands ``$CC`` to nvcc as ``-ccbin``, and ccache hashes its content).
 * ``CUDA_HOME`` always names the toolkit (torch would take kiln's shim directory for it),
@@ -185,6 +186,11 @@ def toolchain_environment(
         if kind == "cmake":
             for lang in ("C", "CXX", "CUDA"):
                 env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = front
+                if launch.seat_wrapper:
+                    # Links go through the wrapper too (CMake >= 3.21), so a link that
+                    # fails on unresolved symbols leaves a placeholder and ninja goes on
+                    # to the rest of the shard's TUs instead of stopping there.
+                    env[f"CMAKE_{lang}_LINKER_LAUNCHER"] = front
         else:
             env["CC"] = str(bin_dir / "cc")
             env["CXX"] = str(bin_dir / "c++")
