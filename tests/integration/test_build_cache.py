@@ -97,6 +97,9 @@ def test_cmake_nvcc_host_only_edit_is_not_a_stale_hit(
     code = "import demo_kernels; print(demo_kernels.checksum())"
     old_answer = int(installed(cold["wheel"]["path"], code))
     assert old_answer == expected_checksum(tree)
+    hot = build(kiln, recipe, tmp_path)
+    assert hot["cache"]["misses"] == 0 and hot["cache"]["hits"] == cold["cache"]["total"] >= 26
+    assert hot["extensions"] == cold["extensions"]
     edited = _host_only_constant_edit(tree, ".cu")
     after = build(kiln, recipe, tmp_path)
     assert after["cache"]["misses"] == 1, after["cache"]
