@@ -218,7 +218,7 @@ def build(
         if use_wheel_cache and _serve_from_wheel_cache(loaded, chosen, options, out_dir, as_json):
             return
         outcome = build_cell(loaded, chosen, options)
-        record = build_record(outcome, kind="build")
+        record = build_record(outcome, kind="build", extra={"recache": recache})
         if outcome.exit_code != 0:
             tail = "\n".join(outcome.log_text.splitlines()[-25:])
             raise BuildError(

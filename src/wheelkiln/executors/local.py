@@ -69,7 +69,9 @@ def _cold_reference(out_dir: Path, cell: Cell) -> float | None:
         return None
     record = json.loads(path.read_text())
     cache = record.get("cache", {})
-    if cache.get("hits", 1) == 0 and cache.get("misses", 0) > 0:
+    # --recache compiles everything; without it, a build with no hits was cold too
+    # (a package whose probes repeat, like pycryptodome's, hits even when cold).
+    if record.get("recache") or (cache.get("hits", 1) == 0 and cache.get("misses", 0) > 0):
         return float(record["wall_seconds"])
     return None
 
