@@ -315,3 +315,14 @@ def test_verify_blanks_nvcc_path_hashes_in_internal_symbols(tmp_path: Path) -> N
     assert result.nvcc_temp_names_only == ["pkg/data.bin"] and result.equivalent
     other = compare_wheels(wheel(tmp_path / "c.whl", b"1f2e3d4c"), wheel(tmp_path / "d.whl", b"not-hex!"))
     assert other.differing == ["pkg/data.bin"] and not other.equivalent
+
+
+def test_miss_explanation_ignores_quotes_ccache_drops_from_its_log() -> None:
+    """torch passes `--compiler-options "'-fPIC'"`: the quotes are literal in the argv,
+    and gone from ccache's log line, which is no difference between the two jobs."""
+    from wheelkiln.shard.link import _difference
+
+    shard = ["nvcc", "--compiler-options", "'-fPIC'", "-c", "k.cu", "-o", "k.o"]
+    link = ["nvcc", "--compiler-options", "-fPIC", "-c", "k.cu", "-o", "k.o"]
+    assert _difference(shard, link).startswith("same arguments")
+    assert _difference(shard, [*link, "-DNEW"]) == "only in the shard: -; only in the link job: -DNEW"

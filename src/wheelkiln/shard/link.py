@@ -80,7 +80,17 @@ def _ccache_commands(log_path: Path) -> dict[str, tuple[list[str], str]]:
     return commands
 
 
+def _as_logged(argv: list[str]) -> list[str]:
+    """An argv as it reads back from ccache's log, which joins arguments with spaces
+    unquoted: torch's literal ``'-fPIC'`` comes back as ``-fPIC``."""
+    try:
+        return shlex.split(" ".join(argv))
+    except ValueError:
+        return argv
+
+
 def _difference(shard_argv: list[str], link_argv: list[str]) -> str:
+    shard_argv = _as_logged(shard_argv)
     only_shard = [a for a in shard_argv[1:] if a not in link_argv]
     only_link = [a for a in link_argv[1:] if a not in shard_argv]
     if not only_shard and not only_link:
