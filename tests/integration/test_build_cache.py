@@ -245,3 +245,18 @@ def test_sccache_backend_rebuild_is_all_hits(kiln: Kiln, tmp_path: Path, install
     assert "sccache" in hot["tool_versions"]
     answer = installed(hot["wheel"]["path"], "import demo_cpp; print(demo_cpp.checksum())")
     assert int(answer) == expected_checksum(tree)
+
+
+def test_smoke_runs_the_recipe_code_against_the_wheel(kiln: Kiln, tmp_path: Path) -> None:
+    tree = copy_example("demo-cpp", tmp_path)
+    good = recipe_for(tree, "demo-cpp", tmp_path)
+    record = build(kiln, good, tmp_path, "--smoke")
+    assert record["exit_code"] == 0
+    (tmp_path / "bad").mkdir()
+    bad = recipe_for(tree, "demo-cpp", tmp_path / "bad", **{"kernel_count() == 24": "kernel_count() == 25"})
+    result = kiln("build", bad, "--out", tmp_path / "out2", "--workdir", tmp_path / "work",
+                  "--cache-dir", tmp_path / "ccache", "--no-wheel-cache", "--smoke", check=False)
+    assert result.returncode == 4
+    assert "The smoke test of demo_cpp-0.1.0-cp311-cp311-linux_x86_64.whl failed" in result.stderr
+    assert "AssertionError" in result.stderr
+    assert not (tmp_path / "out2").exists(), "a wheel that fails its smoke test is not published"
