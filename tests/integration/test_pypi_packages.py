@@ -65,11 +65,13 @@ def _shard_logs(workdir: Path, cell: str) -> list[list[dict[str, Any]]]:
 
 
 def _cacheable_probe_compiles(records: list[dict[str, Any]], target: Target) -> int:
-    """Probe compiles in one shard that ccache can store: those that succeeded."""
+    """Probe compiles in one shard that ccache can store: those that succeeded. (CMake's
+    probe links also pass the wrapper, as "probe" records without ``-c``: not cached.)"""
     return sum(
         1
         for record in records
         if record.get("exit") == 0
+        and "-c" in record.get("argv", [])
         and (
             record["action"] == "probe"
             or (
