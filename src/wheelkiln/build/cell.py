@@ -111,8 +111,9 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     workdir = (options.workdir or default_workdir()).resolve()
     job_dir = job_directory(workdir, cell, options.job_suffix)
     tree = job_dir / "src"
+    title = f"{cell.id} {options.job_suffix}".rstrip()
     with ui.step(
-        f"Preparing {cell.id}{' ' + options.job_suffix if options.job_suffix else ''}",
+        f"Preparing {title}",
         quiet=options.quiet,
     ):
         pristine = fetch_source(loaded, sources_dir())
@@ -203,7 +204,7 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     log_path = job_dir / "build.log"
     try:
         with ui.step(
-            f"Building {cell.id}{' ' + options.job_suffix if options.job_suffix else ''}",
+            f"Building {title}",
             quiet=options.quiet,
         ) as shown:
             started = time.perf_counter()

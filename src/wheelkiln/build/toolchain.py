@@ -103,8 +103,7 @@ def host_front_script(compiler: str, cache: str | None, seat_argv: list[str]) ->
         f'case "${SEAT_SWITCH}" in 1) {_exec_line([*seat_argv, compiler])};; esac\n'
         # nvcc's own host passes (-ccbin $CC) compile tmpxft_* temp files: ccache must
         # wrap nvcc itself, never its host compiler, so those go straight through.
-        f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n'
-        + _exec_line(cached)
+        f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n' + _exec_line(cached)
     )
 
 
@@ -178,6 +177,8 @@ def toolchain_environment(
     env[SEAT_SWITCH] = "1" if launch.seat_wrapper else "0"
     if launch.seat_wrapper:
         _write_script(seat, _exec_line(seat_argv))
+        # The cache the wrapper runs in-slice compiles through.
+        env["KILN_CACHE"] = launch.cache or ""
     if launch.seat_wrapper or launch.cache is not None:
         for name, compiler in host.items():
             _write_script(bin_dir / name, host_front_script(compiler, launch.cache, seat_argv))
@@ -202,7 +203,9 @@ def toolchain_environment(
     if launch.seat_wrapper:
         shim_body = _exec_line([*seat_argv, nvcc])
     else:
-        shim_body = _exec_line([*cache_launch.launcher_argv(real_python()), launch.cache or "", nvcc])
+        shim_body = _exec_line(
+            [*cache_launch.launcher_argv(real_python()), launch.cache or "", nvcc]
+        )
     shim = bin_dir / "nvcc"
     _write_script(shim, shim_body)
     env["PYTORCH_NVCC"] = str(shim)

@@ -122,14 +122,9 @@ def run_shard(
                 tree_path, recipe.sharding.source_globs, index, count, partition_map
             )
 
-    # A throwaway backend for the cache executable's path; build_cell makes its own.
-    probe_cache = make_cache(
-        loaded, BuildOptions(cache=options.cache, cache_dir=cache_dir), workdir, job_dir
-    )
     extra_env = {
         "KILN_PACKAGE_ROOT": str(tree),
         "KILN_SHARD_LOG": str(wrapper_log),
-        "KILN_CACHE": probe_cache.executable() if probe_cache is not None else "",
         "KILN_STUB_OBJECT": str(stub),
     }
     if mechanism == "seat":
