@@ -20,6 +20,7 @@ from wheelkiln.shard.gate import (
     read_wrapper_log,
     shard_gate,
     summarize_wrapper_log,
+    unresolved_symbols,
 )
 
 GNU_UNRESOLVED = """\
@@ -333,3 +334,68 @@ def test_wrapper_log_tolerates_a_torn_last_line(
     assert summarize_wrapper_log(log) == {"compile": 1, "stub": 1, "link": 1}
     assert read_wrapper_log(tmp_path / "missing.jsonl") == []
     assert summarize_wrapper_log(tmp_path / "missing.jsonl") == {}
+
+
+# --------------------------------------------------------------------------- linker forms
+# Real stderr of GNU ld, gold, lld and mold (tests/linker_cases.py made it; the
+# integration test test_linker_forms.py runs the same cases against installed linkers).
+
+LINKER_FIXTURES = Path(__file__).parent / "fixtures" / "linkers"
+
+
+def _linker_fixtures() -> list[object]:
+    from tests.linker_cases import CASES
+
+    cases = {case.name: case for case in CASES}
+    return [
+        pytest.param(path.read_text(), cases[path.stem], id=f"{path.parent.name}-{path.stem}")
+        for path in sorted(LINKER_FIXTURES.glob("*/*.txt"))
+    ]
+
+
+def test_every_linker_has_fixtures() -> None:
+    from tests.linker_cases import LINKERS
+
+    assert sorted(path.name for path in LINKER_FIXTURES.iterdir() if path.is_dir()) == sorted(LINKERS)
+
+
+@pytest.mark.parametrize(("stderr", "case"), _linker_fixtures())
+def test_real_linker_output(stderr: str, case: object) -> None:
+    from tests.linker_cases import LinkCase
+
+    assert isinstance(case, LinkCase)
+    assert is_unresolved_only(stderr) is case.unresolved_only, stderr
+    assert case.symbols <= set(unresolved_symbols(stderr)), stderr
+    assert find_diagnostics(stderr) == [], "a link failure is not a compiler diagnostic"
+    if case.unresolved_only:
+        assert has_unresolved_symbols(stderr)
+
+
+GNU_RELOCATION_HIDDEN = """\
+/usr/bin/ld: src/_dispatch.cpython-311-x86_64-linux-gnu.so.p/dispatch.c.o: in function `pick':
+dispatch.c:(.text+0x5): undefined reference to `kernel_avx'
+/usr/bin/ld: src/_dispatch.cpython-311-x86_64-linux-gnu.so.p/dispatch.c.o: relocation R_X86_64_PC32 against undefined hidden symbol `kernel_avx' can not be used when making a shared object
+/usr/bin/ld: final link failed: bad value
+collect2: error: ld returned 1 exit status
+"""
+GOLD_RELOCATION_DEFINED = """\
+/usr/bin/ld.gold: error: a.o: requires dynamic R_X86_64_PC32 reloc against 'exists' which may overflow at runtime; recompile with -fPIC
+b.o:b.c:function f: error: undefined reference to 'kernel_two'
+collect2: error: ld returned 1 exit status
+"""
+
+
+def test_relocation_against_undefined_hidden_symbol_is_the_expected_failure() -> None:
+    assert is_unresolved_only(GNU_RELOCATION_HIDDEN)
+    assert unresolved_symbols(GNU_RELOCATION_HIDDEN) == ["kernel_avx"]
+
+
+def test_gold_relocation_against_a_symbol_that_is_not_unresolved_is_real() -> None:
+    assert not is_unresolved_only(GOLD_RELOCATION_DEFINED)
+
+
+def test_outputs_of_several_linkers_mixed_in_one_log() -> None:
+    texts = [path.read_text() for path in sorted(LINKER_FIXTURES.glob("*/shared-hidden-address.txt"))]
+    assert len(texts) == 4
+    assert is_unresolved_only("\n".join(texts))
+    assert not is_unresolved_only("\n".join([*texts, (LINKER_FIXTURES / "lld" / "multiple-definition.txt").read_text()]))

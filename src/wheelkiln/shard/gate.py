@@ -54,14 +54,32 @@ DIAGNOSTIC_PATTERNS: tuple[re.Pattern[str], ...] = (
 )
 
 UNRESOLVED_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"undefined reference to\b"),  # GNU ld, gold
-    # GNU ld when the missing symbol has hidden visibility (pybind11's default
-    # -fvisibility=hidden): a -shared link then fails even without -z defs
-    re.compile(r"\bhidden symbol [`'][^`']+' isn't defined"),
-    re.compile(r"\berror: undefined (?:hidden |protected )?symbol:"),  # lld, mold
+    # lld when a shared library it links against needs the symbol
+    re.compile(r"undefined reference to (?P<symbol>[^\s`']\S*) \[--no-allow-shlib-undefined\]"),
+    # GNU ld (`sym'), gold ('sym'), and both on a shared library (`lib.so: undefined ...`)
+    re.compile(r"undefined reference to\b(?: [`'](?P<symbol>[^`'\n]+)')?"),
+    # GNU ld and gold when the missing symbol has hidden or protected visibility
+    # (pybind11's and meson extension modules' -fvisibility=hidden): a -shared link
+    # then fails even without -z defs. ld: "hidden symbol `X' isn't defined";
+    # gold: "protected symbol 'X' is not defined locally"
+    re.compile(
+        r"\b(?:hidden|protected|internal) symbol [`'](?P<symbol>[^`']+)' (?:isn't|is not) defined"
+    ),
+    # GNU ld when the code takes the address of such a symbol (a dispatch table of
+    # hidden kernels): "relocation R_X86_64_PC32 against undefined hidden symbol `X'
+    # can not be used when making a shared object" (also "... a PIE object")
+    re.compile(
+        r"\brelocation \S+ against undefined (?:hidden |protected |internal )?symbol "
+        r"[`'](?P<symbol>[^`']+)' can not be used when making"
+    ),
+    # lld, mold: "ld.lld: error: undefined hidden symbol: X", "mold: error: undefined symbol: X"
+    re.compile(r"\berror: undefined (?:hidden |protected )?symbol: (?P<symbol>[^\n]*\S)"),
     re.compile(r"\berror LNK(?:2019|2001)\b"),  # MSVC
     re.compile(r"^[ \t]*Undefined symbols for architecture\b", re.M),  # macOS ld
-    re.compile(r"^[ \t]*nvlink error\s*: Undefined reference to\b", re.M),  # nvcc -dlink
+    # nvcc -dlink
+    re.compile(
+        r"^[ \t]*nvlink error\s*: Undefined reference to\b(?: '(?P<symbol>[^'\n]+)')?", re.M
+    ),
 )
 """Lines that say a link failed on unresolved symbols (the expected shard failure)."""
 
@@ -118,24 +136,95 @@ def has_unresolved_symbols(build_log: str) -> bool:
     return any(pattern.search(build_log) for pattern in UNRESOLVED_PATTERNS)
 
 
+# gold reports a code reference to an undefined symbol twice: "undefined reference to
+# 'k::f(int)'" (demangled) and "requires dynamic R_X86_64_PC32 reloc against '_ZN1k1fEi'
+# which may overflow at runtime; recompile with -fPIC" (mangled). The second line is a
+# consequence of the first only when it names a symbol the link reports unresolved; the
+# same line about a symbol that exists (a non-PIC object in a shared library) is a real
+# failure.
+_UNRESOLVED_CONSEQUENCE = re.compile(
+    r"\brequires dynamic \S+ reloc against '(?P<symbol>[^']+)' which may overflow at runtime"
+)
+_MANGLED_NAME_PART = re.compile(r"(\d+)")
+
+
+def _mangled_names(symbol: str) -> list[str]:
+    """The identifiers in an Itanium-mangled name (``_ZN1k10kernel_avxEi`` → k, kernel_avx)."""
+    if not symbol.startswith("_Z"):
+        return []
+    names: list[str] = []
+    position = 2
+    while position < len(symbol):
+        match = _MANGLED_NAME_PART.match(symbol, position)
+        if match is None:
+            position += 1
+            continue
+        length = int(match.group(1))
+        names.append(symbol[match.end() : match.end() + length])
+        position = match.end() + length
+    return [name for name in names if name]
+
+
+def _names_unresolved(symbol: str, unresolved: Sequence[str]) -> bool:
+    if symbol in unresolved:
+        return True
+    names = _mangled_names(symbol)
+    return bool(names) and any(
+        all(name in demangled for name in names) for demangled in unresolved
+    )
+
+
+def _line_symbols(line: str) -> tuple[bool, list[str]]:
+    """(is an unresolved-symbol line, the symbols it names)."""
+    matched = False
+    symbols: list[str] = []
+    for pattern in UNRESOLVED_PATTERNS:
+        match = pattern.search(line)
+        if match is None:
+            continue
+        matched = True
+        symbol = match.groupdict().get("symbol")
+        if symbol:
+            symbols.append(symbol)
+            break
+    return matched, symbols
+
+
+def unresolved_symbols(linker_output: str) -> list[str]:
+    """The symbols *linker_output* reports unresolved, each once, in order of mention."""
+    found: dict[str, None] = {}
+    for line in linker_output.splitlines():
+        for symbol in _line_symbols(line)[1]:
+            found.setdefault(symbol)
+    return list(found)
+
+
 def is_unresolved_only(linker_stderr: str) -> bool:
     """True when a failed link's stderr reports unresolved symbols and nothing else.
 
-    Every non-blank line must be an unresolved-symbol line or one of the lines that
-    come with them (``in function`` context, ``collect2: error: ld returned 1 exit
-    status``, macOS ``referenced from`` blocks, MSVC ``LNK1120`` totals, warnings).
-    Anything else (a relocation error, a missing library, a multiple definition) is a
-    real failure.
+    Every non-blank line must be an unresolved-symbol line (:data:`UNRESOLVED_PATTERNS`:
+    GNU ld, gold, lld, mold, MSVC, macOS ld, nvlink), one of the lines that come with
+    them (``in function`` context, ``collect2: error: ld returned 1 exit status``,
+    ``final link failed: bad value``, lld's ``>>> referenced by`` blocks, macOS
+    ``referenced from`` blocks, MSVC ``LNK1120`` totals, warnings), or gold's dynamic
+    relocation complaint about a symbol the same output reports unresolved. Anything
+    else (a relocation against a defined symbol, a missing library, a duplicate
+    symbol) is a real failure.
     """
-    unresolved = False
+    unresolved = unresolved_symbols(linker_stderr)
+    found = False
     for line in linker_stderr.splitlines():
         if not line.strip():
             continue
-        if any(pattern.search(line) for pattern in UNRESOLVED_PATTERNS):
-            unresolved = True
-        elif not _UNRESOLVED_CONTEXT.search(line):
+        if _line_symbols(line)[0]:
+            found = True
+            continue
+        if _UNRESOLVED_CONTEXT.search(line):
+            continue
+        consequence = _UNRESOLVED_CONSEQUENCE.search(line)
+        if consequence is None or not _names_unresolved(consequence.group("symbol"), unresolved):
             return False
-    return unresolved
+    return found
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ Per call it decides, in this order:
 Environment: ``KILN_SHARD_INDEX``, ``KILN_SHARD_COUNT`` (unset/empty: source mode),
 ``KILN_PACKAGE_ROOT``, ``KILN_SHARD_LOG``, ``KILN_CACHE``, ``KILN_STUB_OBJECT``,
 ``KILN_PARTITION_MAP``. Each call appends one JSON line to ``KILN_SHARD_LOG``:
-``{"tu", "action", "seconds", "exit", "output", "argv", "cwd", "pid"}``.
+``{"tu", "action", "seconds", "exit", "output", "argv", "cwd", "pid"}``, and for a
+tolerated link the symbols the linker named (``"unresolved"``, ``"unresolved_count"``).
 
 Only ``os``, ``sys`` and ``time`` load on the compile path; ``json`` (which imports
 ``re``), ``subprocess`` and the gate's regexes load only for links.
@@ -74,6 +75,7 @@ PROBE_MARKERS = (
 _OBJECT_EXTENSIONS = frozenset({".o", ".obj", ".lo"})
 _NOT_A_FILE = frozenset({"-", "/dev/null", "NUL", "nul"})
 _TEMP_ROOTS_DEFAULT = ("/tmp", "/var/tmp")
+_SYMBOLS_LOGGED = 8
 
 ACTIONS = (
     "compile",
@@ -503,10 +505,13 @@ def run_link(
     sys.stderr.buffer.write(stderr)
     sys.stderr.flush()
     action = "link"
+    symbols: list[str] = []
     if exit_code > 0 and decision.output:
         from wheelkiln.shard import gate  # here only: the gate's regexes import re
 
-        if gate.is_unresolved_only(stderr.decode("utf-8", "replace")):
+        text = stderr.decode("utf-8", "replace")
+        if gate.is_unresolved_only(text):
+            symbols = gate.unresolved_symbols(text)
             if parsed.stage == "device-link":
                 write_stub(config.stub_object, decision.output)  # linked on: must be an object
             else:
@@ -516,10 +521,14 @@ def run_link(
                 f"placeholder {decision.output} and carried on\n"
             )
             action = "link-unresolved"
-    append_record(
-        config.log_path,
-        _record(None, action, time.perf_counter() - started, exit_code, decision.output, argv, cwd),
+    record = _record(
+        None, action, time.perf_counter() - started, exit_code, decision.output, argv, cwd
     )
+    if action == "link-unresolved":
+        # why it was tolerated, for the shard summary: the symbols the linker named
+        record["unresolved"] = symbols[:_SYMBOLS_LOGGED]
+        record["unresolved_count"] = len(symbols)
+    append_record(config.log_path, record)
     return 0 if action == "link-unresolved" else _exit_code(exit_code)
 
 
