@@ -95,7 +95,7 @@ def _summary_table(title: str, rows: list[tuple[str, str]]) -> Table:
     table.add_column("what", style="bold")
     table.add_column("value")
     for key, value in rows:
-        table.add_row(key, value)
+        table.add_row(key, Text(value))
     return table
 
 
@@ -194,6 +194,7 @@ def build(
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
 
+    check_job_locations(out_dir, workdir, cache_dir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
     options = BuildOptions(
@@ -274,9 +275,12 @@ def _serve_from_wheel_cache(
 ) -> bool:
     """Copy the wheel of an earlier build with the same input digest, if there is one."""
     import shutil
+    import time
 
+    from wheelkiln.build.record import served_record
     from wheelkiln.build.wheel_cache import WheelCache, plan_input_digest
 
+    started, cpu_started = time.perf_counter(), time.process_time()
     digest = plan_input_digest(loaded, cell, options)
     hit = WheelCache().lookup(digest) if digest else None
     if hit is None:
@@ -284,9 +288,14 @@ def _serve_from_wheel_cache(
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / hit.wheel.name
     shutil.copy2(hit.wheel, target)
-    record = dict(hit.record)
-    record["wheel"] = {**record["wheel"], "path": str(target)}
-    record["wheel_cache"] = {"hit": True, "input_digest": hit.digest}
+    record = served_record(
+        hit.record,
+        wheel_path=target,
+        input_digest=hit.digest,
+        wall_seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - cpu_started,
+        backend=options.cache,
+    )
     if as_json:
         emit_json(record)
     rows = [
@@ -295,12 +304,31 @@ def _serve_from_wheel_cache(
         (
             "served from",
             f"the wheel cache (input digest {hit.digest[:16]}…, built "
-            f"{record.get('cached_at', '?')})",
+            f"{hit.record.get('cached_at', '?')})",
+        ),
+        (
+            "wall",
+            f"{record['wall_seconds']:.2f} s (the build that made the wheel: "
+            f"{hit.record.get('wall_seconds', '?')} s)",
         ),
         ("bypass", "--no-wheel-cache rebuilds through the compiler cache"),
     ]
     ui.console.print(_summary_table("kiln build", rows))
     return True
+
+
+def check_job_locations(out_dir: Path, workdir: Path | None, cache_dir: Path | None = None) -> None:
+    """Refuse unusable output locations before any work starts: a build that fails to
+    write its wheel after an hour has lost the hour."""
+    from wheelkiln.output_paths import check_output_dir
+    from wheelkiln.paths import kiln_home
+
+    check_output_dir(out_dir, "--out")
+    check_output_dir(kiln_home(), "$KILN_HOME")
+    if workdir is not None:
+        check_output_dir(workdir, "--workdir")
+    if cache_dir is not None:
+        check_output_dir(cache_dir, "--cache-dir")
 
 
 def _common_options(
@@ -405,6 +433,7 @@ def shard(
     from wheelkiln.shard.job import run_shard
     from wheelkiln.shard.partition import shard_label
 
+    check_job_locations(out_dir, workdir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
     total = count or loaded.recipe.sharding.count
@@ -489,9 +518,12 @@ def link(
     named; the build still runs and its wheel is kept.
     """
     from wheelkiln.matrix.cells import select_cell
+    from wheelkiln.output_paths import check_input_dir
     from wheelkiln.recipe.load import find_recipe
     from wheelkiln.shard.link import run_link
 
+    check_input_dir(shards_dir, "--shards")
+    check_job_locations(out_dir, workdir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
     options = _common_options(cache_name, loaded, workdir, jobs, namespace)
@@ -538,9 +570,11 @@ def shard_plan(sources: tuple[Path, ...], count: int, out_path: Path, as_json: b
     SOURCES are shard archives, shard job directories or wrapper.jsonl logs. Longest TU
     first onto the least-loaded shard; TUs never timed keep their hash shard.
     """
+    from wheelkiln.output_paths import check_output_file
     from wheelkiln.shard.balance import BalancePlan, balance, read_costs
     from wheelkiln.shard.partition import shard_label
 
+    check_output_file(out_path, "--out")
     plan = balance(read_costs(list(sources)), count)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(plan.mapping, indent=2, sort_keys=True) + "\n")
@@ -630,6 +664,18 @@ def _register() -> None:
 _register()
 
 
+def _exit_with(exc: KilnError) -> None:
+    ui.error(exc.message, hint=exc.hint)
+    sys.exit(exc.exit_code)
+
+
+def _silence_stdout() -> None:
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)
@@ -640,10 +686,17 @@ def main() -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except KilnError as exc:
-        ui.console.print(Text("error: ", style="red") + Text(exc.message), soft_wrap=True)
-        if exc.hint:
-            ui.console.print(Text(exc.hint), soft_wrap=True)
-        sys.exit(exc.exit_code)
+        _exit_with(exc)
+    except BrokenPipeError:
+        # The reader of stdout went away (`kiln matrix --json | head`): nothing to say.
+        _silence_stdout()
+        sys.exit(1)
+    except OSError as exc:
+        # A file system refusal that no check caught (a disk filling up mid-build, a
+        # directory removed under us): name the path, never a traceback.
+        from wheelkiln.output_paths import path_error
+
+        _exit_with(path_error(exc))
     except KeyboardInterrupt:
         ui.console.print("[red]interrupted[/red]")
         sys.exit(130)

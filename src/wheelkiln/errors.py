@@ -28,6 +28,11 @@ class UsageError(KilnError):
     exit_code = 2
 
 
+class PathError(UsageError):
+    """A path to write to (or read from) cannot be used: a file where a directory is
+    needed, a location nobody can write to, a name the file system refuses."""
+
+
 class RecipeError(KilnError):
     """A recipe file is unreadable, malformed or contradictory."""
 

@@ -1,5 +1,11 @@
 """Visible, timed steps: a spinner with the build's latest line on a terminal, plain
-timed lines in CI logs. Everything goes to stderr so ``--json`` output stays clean."""
+timed lines in CI logs. Everything goes to stderr so ``--json`` output stays clean.
+
+Messages are never hard-wrapped where no one reads them at a terminal: without one,
+rich would break lines at 80 columns (or ``$COLUMNS``), so a sentence naming a long
+path is cut at a point that depends on the path's length, and a grep over a CI log or a
+test over stderr misses it. Errors are never wrapped at all; a terminal folds long
+lines itself."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.text import Text
 
 console = Console(stderr=True, highlight=False)
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]|^(building|compiling|copying|running|creating)\b", re.I)
@@ -46,17 +53,32 @@ def step(title: str, *, quiet: bool = False) -> Iterator[Step]:
         with console.status(title) as status:
             yield Step(title, status)
     else:
-        console.print(f"▶ {title}")
+        console.print(f"▶ {title}", soft_wrap=True)
         yield Step(title, None)
     console.print(f"[green]✓[/green] {title} [dim]({time.perf_counter() - started:.1f} s)[/dim]")
 
 
+def _soft_wrap() -> bool:
+    """Leave line breaking to whatever shows the text, unless that is our terminal."""
+    return not console.is_terminal
+
+
 def info(message: str) -> None:
-    console.print(message)
+    """A line of progress or summary; ``message`` may hold rich markup."""
+    console.print(message, soft_wrap=_soft_wrap())
 
 
 def warn(message: str) -> None:
-    console.print(f"[yellow]warning:[/yellow] {message}")
+    """A warning; ``message`` is plain text (paths may hold brackets), never markup."""
+    console.print(Text("warning: ", style="yellow") + Text(message), soft_wrap=_soft_wrap())
+
+
+def error(message: str, *, hint: str | None = None) -> None:
+    """An error and its next step, plain text, never wrapped: it is the line people
+    paste into a bug report and tools grep for."""
+    console.print(Text("error: ", style="red") + Text(message), soft_wrap=True)
+    if hint:
+        console.print(Text(hint), soft_wrap=True)
 
 
 def is_interactive() -> bool:

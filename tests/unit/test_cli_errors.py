@@ -45,7 +45,7 @@ CASES = {
     "shard index out of range": (["shard", ROOT / "recipes" / "demo-cpp.toml", "--index", "4",
                                   "--count", "4"], 2, "--index 4 is outside 0..3 for --count 4."),
     "link without shards dir": (["link", ROOT / "recipes" / "demo-cpp.toml", "--shards", "nowhere"], 2,
-                                "--shards nowhere is not a directory."),
+                                "--shards nowhere is not a directory:"),
     "verify a missing wheel": (["verify", "a.whl", "b.whl"], 2, "a.whl: no such wheel."),
     "unknown cache backend": (["build", ROOT / "recipes" / "demo-cpp.toml", "--cache", "distcc"], 2,
                               "Invalid value for '--cache'"),

@@ -99,10 +99,19 @@ def bench_run(
     """
     from wheelkiln.bench.lock import describe
     from wheelkiln.bench.scenarios import BenchSettings, expand_scenarios, run_bench
+    from wheelkiln.bench.store import default_store_path
     from wheelkiln.errors import BuildError, GateError
     from wheelkiln.matrix.cells import select_cell
+    from wheelkiln.output_paths import check_output_dir, check_output_file
+    from wheelkiln.paths import kiln_home
     from wheelkiln.recipe.load import find_recipe
 
+    # Before any build: an hour of cold and frozen runs must not end in "cannot write".
+    check_output_file(store_path or default_store_path(), "--store")
+    check_output_dir(kiln_home(), "$KILN_HOME")
+    for option, location in (("--cache-dir", cache_dir), ("--workdir", workdir)):
+        if location is not None:
+            check_output_dir(location, option)
     settings = BenchSettings(
         scenarios=expand_scenarios(scenarios), jobs=jobs, repeat=repeat, shards=shards,
         store_path=store_path, destructive=destructive, wheel_cache=wheel_cache,
@@ -183,7 +192,10 @@ def bench_report(
     stderr; the report still renders.
     """
     from wheelkiln.bench import store
+    from wheelkiln.output_paths import check_output_file
 
+    if out_path is not None:
+        check_output_file(out_path, "--out")
     path = store_path or store.default_store_path()
     with store.paused_gc(freeze=True):  # a command about to exit: see paused_gc
         text = produce_report(path, targets, fmt)

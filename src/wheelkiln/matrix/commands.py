@@ -143,7 +143,9 @@ def ci_github(recipes: tuple[str, ...], out_path: Path, requirement: str | None)
     """
     from wheelkiln.matrix.github import render_workflow
     from wheelkiln.matrix.render import write_workflow
+    from wheelkiln.output_paths import check_output_file
 
+    check_output_file(out_path, "--out")
     cwd = Path.cwd()
     loaded = load_recipes(recipes, cwd)
     plan = plan_matrix(loaded, cwd)
