@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import json
+import re
+import reprlib
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +18,9 @@ from wheelkiln.errors import RecipeError
 from wheelkiln.recipe.model import Recipe
 
 SCHEMA_PATH = Path(__file__).with_name("recipe.schema.json")
+MAX_RECIPE_BYTES = 1 << 20
+"""A recipe is a page of TOML; a bigger file is refused before it is parsed."""
+MAX_SHOWN_ERRORS = 20
 
 
 @dataclass(frozen=True)
@@ -44,13 +50,22 @@ def render_schema() -> str:
     return json.dumps(recipe_schema(), indent=2, sort_keys=True) + "\n"
 
 
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _dotted(loc: tuple[int | str, ...]) -> str:
+    """The TOML dotted key of a pydantic error location: ``matrix.cuda[1].version``;
+    a key that is not a bare TOML key is quoted (``build.env."A=B"``)."""
     parts: list[str] = []
     for item in loc:
         if isinstance(item, int):
             parts[-1] = f"{parts[-1]}[{item}]" if parts else f"[{item}]"
-        else:
+        elif item == "[key]":
+            continue  # pydantic's marker for "the key itself, not its value"
+        elif _BARE_KEY.fullmatch(item):
             parts.append(item)
+        else:
+            parts.append(json.dumps(item[:60] + ("..." if len(item) > 60 else "")))
     return ".".join(parts)
 
 
@@ -80,6 +95,43 @@ def _valid_keys(model: type[BaseModel]) -> list[str]:
     return [field.alias or name for name, field in model.model_fields.items()]
 
 
+_EXPECTED = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "bool_type": "true or false",
+    "tuple_type": "an array",
+    "list_type": "an array",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+}
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = 160
+_SHORT.maxother = 60
+_SHORT.maxlevel = 2
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = 4
+
+
+def _toml_type(value: Any) -> str:
+    """What a value read from TOML is, in TOML's words."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a float"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, datetime.date | datetime.time):
+        return "a date or time"
+    return type(value).__name__
+
+
 def _explain(error: Any, path: Path) -> str:
     loc: tuple[int | str, ...] = tuple(error["loc"])
     key = _dotted(loc)
@@ -99,12 +151,94 @@ def _explain(error: Any, path: Path) -> str:
         return message
     if kind == "missing":
         return f"{path}: missing required key '{key}'."
-    text = str(error["msg"])
-    text = text.removeprefix("Value error, ")
     where = f"key '{key}'" if key else "recipe"
     received = error.get("input")
-    shown = "" if isinstance(received, dict) else f" (got {received!r})"
+    if kind in _EXPECTED:
+        got = _toml_type(received)
+        shown = "" if isinstance(received, dict | list) else f" ({_SHORT.repr(received)})"
+        return f"{path}: {where}: expected {_EXPECTED[kind]}, got {got}{shown}."
+    text = str(error["msg"]).removeprefix("Value error, ")
+    text = re.sub(r"^(Input|String|Tuple|Dictionary) should (be|have)", r"must \2", text)
+    shown = "" if isinstance(received, dict | list) else f" (got {_SHORT.repr(received)})"
     return f"{path}: {where}: {text}{shown}."
+
+
+def project_root(recipe_path: Path) -> Path:
+    """The directory that the paths a recipe names relative to itself must stay inside.
+
+    ``source.path`` and ``sharding.partition_map`` are read against the recipe file's
+    directory (an absolute path is taken as written), then resolved: symlinks followed,
+    ``..`` collapsed. The result must lie inside the recipe's project, which is the git
+    checkout holding the recipe: the nearest directory, from the recipe's own upwards,
+    that has a ``.git`` entry (a clone, a worktree or a submodule). A recipe outside any
+    checkout gets its directory's parent, which admits the usual layout of a ``recipes/``
+    folder beside the trees it builds (``path = "../examples/pkg"``) and nothing above it.
+
+    Both rules depend on where the recipe file is, never on what it says, so a recipe
+    cannot widen its own reach; anything a pull request could point at inside the
+    checkout it could also have changed.
+    """
+    directory = recipe_path.resolve().parent
+    for candidate in (directory, *directory.parents):
+        if (candidate / ".git").exists():
+            return candidate
+    return directory.parent
+
+
+def resolve_inside(base: Path, written: str, root: Path) -> Path | None:
+    """*written* read against *base* and resolved, or None when that lands outside *root*."""
+    try:
+        resolved = (base / written).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None  # a symlink loop or a name the OS refuses: nowhere it may point
+    return resolved if resolved.is_relative_to(root.resolve()) else None
+
+
+def _confinement(recipe: Recipe, path: Path) -> list[str]:
+    """Paths that resolve outside where they belong (see :func:`project_root`)."""
+    problems: list[str] = []
+    root = project_root(path)
+    source = recipe.source
+    if source.path is not None:
+        tree = resolve_inside(path.parent, source.path, root)
+        if tree is None:
+            problems.append(
+                f"{path}: key 'source.path': {source.path!r} resolves outside the recipe's "
+                f"project {root}. Keep the source tree inside the checkout that holds the "
+                "recipe, or move the recipe next to it."
+            )
+        elif not tree.is_dir():
+            problems.append(
+                f"{path}: key 'source.path': {tree} is not a directory. Point it at the "
+                "package's source tree, relative to the recipe file."
+            )
+        elif source.subdir is not None:
+            package = resolve_inside(tree, source.subdir, tree)
+            if package is None:
+                problems.append(
+                    f"{path}: key 'source.subdir': {source.subdir!r} resolves outside the "
+                    f"source tree {tree} (through a symlink). Name a directory inside it."
+                )
+            elif not package.is_dir():
+                problems.append(
+                    f"{path}: key 'source.subdir': {package} is not a directory. Name the "
+                    "package's directory, relative to source.path."
+                )
+    partition_map = recipe.sharding.partition_map
+    if partition_map is not None:
+        mapped = resolve_inside(path.parent, partition_map, root)
+        if mapped is None:
+            problems.append(
+                f"{path}: key 'sharding.partition_map': {partition_map!r} resolves outside "
+                f"the recipe's project {root}. Keep the map in the checkout that holds the "
+                "recipe, e.g. beside it."
+            )
+        elif mapped.exists() and not mapped.is_file():
+            problems.append(
+                f"{path}: key 'sharding.partition_map': {mapped} is not a regular file. "
+                "Point it at the JSON map `kiln shard-plan` writes."
+            )
+    return problems
 
 
 def _consistency(recipe: Recipe, path: Path) -> list[str]:
@@ -143,21 +277,22 @@ def _consistency(recipe: Recipe, path: Path) -> list[str]:
     names = [family.name for family in recipe.families]
     for name in sorted({n for n in names if names.count(n) > 1}):
         problems.append(f"{path}: key 'families': family name {name!r} appears twice.")
-    if recipe.source.path is not None:
-        tree = (path.parent / recipe.source.path).resolve()
-        if not tree.is_dir():
-            problems.append(
-                f"{path}: key 'source.path': {tree} is not a directory. Point it at the "
-                "package's source tree, relative to the recipe file."
-            )
-    return problems
+    return problems + _confinement(recipe, path)
 
 
 def parse_recipe(data: dict[str, Any], path: Path) -> Recipe:
     try:
         recipe = Recipe.model_validate(data)
+    except RecursionError:
+        raise RecipeError(
+            f"{path}: nested too deeply to validate.",
+            hint="A recipe's tables and arrays are a few levels deep; flatten it.",
+        ) from None
     except ValidationError as exc:
-        lines = [_explain(error, path) for error in exc.errors()]
+        errors = exc.errors()
+        lines = [_explain(error, path) for error in errors[:MAX_SHOWN_ERRORS]]
+        if len(errors) > MAX_SHOWN_ERRORS:
+            lines.append(f"{path}: ... and {len(errors) - MAX_SHOWN_ERRORS} more problems.")
         raise RecipeError(
             "\n".join(lines),
             hint=f"Fix the recipe, then check it with: kiln recipe check {path}",
@@ -179,12 +314,37 @@ def load_recipe(path: Path | str) -> LoadedRecipe:
             hint="Give the path of a recipe TOML file, e.g. recipes/demo-cpp.toml.",
         )
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"{path}: not valid TOML: {exc}.", hint="Fix the syntax.") from None
-    except UnicodeDecodeError:
-        raise RecipeError(f"{path}: not UTF-8 text.", hint="Save the recipe as UTF-8.") from None
-    return LoadedRecipe(parse_recipe(data, path.resolve()), path.resolve())
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_RECIPE_BYTES + 1)
+    except OSError as exc:
+        raise RecipeError(
+            f"{path}: cannot be read: {exc.strerror or exc}.",
+            hint="Check the file's permissions.",
+        ) from None
+    if len(raw) > MAX_RECIPE_BYTES:
+        raise RecipeError(
+            f"{path}: larger than {MAX_RECIPE_BYTES // 1024} KiB; a recipe is a page of TOML.",
+            hint="Check that this is the recipe file.",
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(
+            f"{path}: not UTF-8 text (byte {exc.start}).", hint="Save the recipe as UTF-8."
+        ) from None
+    try:
+        data = tomllib.loads(text)
+    except RecursionError:
+        raise RecipeError(
+            f"{path}: not valid TOML: nested too deeply to read.",
+            hint="A recipe's tables and arrays are a few levels deep; flatten it.",
+        ) from None
+    except ValueError as exc:  # TOMLDecodeError, and an integer too long to convert
+        raise RecipeError(
+            f"{path}: not valid TOML: {_SHORT.repr(str(exc))[1:-1]}.", hint="Fix the syntax."
+        ) from None
+    resolved = path.resolve()
+    return LoadedRecipe(parse_recipe(data, resolved), resolved)
 
 
 def find_recipe(name_or_path: str, search_dirs: list[Path] | None = None) -> LoadedRecipe:

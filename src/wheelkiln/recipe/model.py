@@ -3,44 +3,222 @@
 Every field carries its documentation as the docstring beneath it; the JSON schema in
 ``recipe.schema.json`` is generated from these models (``kiln recipe schema``) and a test
 fails when the checked-in copy is stale.
+
+A recipe can arrive in a pull request, so the model is strict and bounded.
+
+- Strict: a value of the wrong TOML type is refused, never coerced (``count = "4"``,
+  ``count = true`` and ``count = 4.0`` are errors). Arrays are the one conversion: TOML
+  arrays become tuples, and their items are strict again.
+- Bounded: numbers have a range, every string a maximum length, and no string holds a
+  NUL, because each ends up in a file name, an argv or the environment, none of which
+  can carry one.
+- Shaped: strings that become file names (``name``, family names, the cache namespace),
+  environment names, or command-line arguments have a character set, so none can climb
+  out of a directory or be read as an option (``-...``).
+- Confined: paths inside the package (``source.subdir``, ``sharding.source_globs``)
+  must be relative and free of ``..``. Paths that depend on where the recipe file lives
+  (``source.path``, ``sharding.partition_map``) are resolved and confined when the file
+  is loaded, by :mod:`wheelkiln.recipe.load`.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 PYPI_SPEC = re.compile(r"^(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*)==(?P<version>[A-Za-z0-9.+!_-]+)$")
-PLATFORMS = (
+Platform = Literal[
     "linux-x86_64",
     "linux-aarch64",
     "windows-amd64",
     "macos-arm64",
     "macos-x86_64",
+]
+PLATFORMS: tuple[str, ...] = get_args(Platform)
+NAME_MAX = 64
+"""Names become parts of cell ids, which become directory names (255 bytes at most)."""
+SHORT_MAX = 256
+TEXT_MAX = 4096
+SMOKE_MAX = 65536
+ENV_VALUE_MAX = 32768
+"""Linux refuses one argv or environment string longer than 128 KiB (MAX_ARG_STRLEN);
+these bounds stay well below it."""
+MAX_JOBS = 1024
+MAX_SHARDS = 256
+
+
+@dataclass(frozen=True)
+class _Match:
+    """A regular expression a string must match in full, with a message that says what
+    the value should look like; the pattern is also written into the JSON schema."""
+
+    pattern: str
+    expected: str
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        compiled = re.compile(self.pattern)
+        expected = self.expected
+
+        def check(value: str) -> str:
+            if not compiled.fullmatch(value):
+                raise ValueError(expected)
+            return value
+
+        return core_schema.no_info_after_validator_function(check, handler(source))
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        result = handler(schema)
+        result["pattern"] = self.pattern
+        return result
+
+
+def _refuse(test: Callable[[str], bool], reason: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if test(value):
+            raise ValueError(reason)
+        return value
+
+    return AfterValidator(check)
+
+
+_NO_NUL = _refuse(
+    lambda value: "\0" in value,
+    "contains a NUL character, which no file name, argument or environment variable can hold",
+)
+_ONE_LINE = _refuse(
+    lambda value: any(ord(ch) < 32 or ord(ch) == 127 for ch in value),
+    "contains a control character (a newline, tab, NUL, ...); give it on one line",
+)
+_NOT_AN_OPTION = _refuse(
+    lambda value: value.startswith("-"),
+    "must not start with '-': it is passed on a command line, where it would be read as an option",
 )
 
 
+def inside_path_problem(value: str) -> str | None:
+    """Why *value* is not a path (or glob) that stays inside the directory it is read
+    against, or None when it is one.
+
+    It must be non-empty and relative, and no component may be ``..``. A drive
+    (``C:``) or a leading backslash counts as absolute on every host, because the same
+    recipe is built on Windows lanes too.
+    """
+    if not value.strip():
+        return "must not be empty"
+    if value.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", value):
+        return "must be relative to the package root, not absolute"
+    if ".." in re.split(r"[/\\]", value):
+        return "must not contain '..': it has to stay inside the package"
+    return None
+
+
+def _inside(value: str) -> str:
+    problem = inside_path_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+Text = Annotated[str, StringConstraints(max_length=TEXT_MAX), _NO_NUL]
+"""Free text, possibly several lines."""
+Line = Annotated[str, StringConstraints(max_length=TEXT_MAX), _ONE_LINE]
+"""One line of text, e.g. a URL or a glob over wheel contents."""
+Argument = Annotated[
+    str, StringConstraints(min_length=1, max_length=TEXT_MAX), _ONE_LINE, _NOT_AN_OPTION
+]
+"""A value passed as one command-line argument (a requirement, a git URL or rev)."""
+Name = Annotated[
+    str,
+    StringConstraints(max_length=NAME_MAX),
+    _Match(
+        r"[A-Za-z0-9][A-Za-z0-9._-]*",
+        "must be letters, digits, '.', '_' or '-', starting with a letter or digit "
+        "(it becomes part of file names)",
+    ),
+]
+InsidePath = Annotated[
+    str, StringConstraints(max_length=TEXT_MAX), _ONE_LINE, AfterValidator(_inside)
+]
+"""A relative path or glob that stays inside the package."""
+EnvName = Annotated[
+    str,
+    StringConstraints(max_length=SHORT_MAX),
+    _Match(
+        r"[A-Za-z_][A-Za-z0-9_]*",
+        "an environment variable name is letters, digits and '_', not starting with a digit",
+    ),
+]
+EnvValue = Annotated[str, StringConstraints(max_length=ENV_VALUE_MAX), _NO_NUL]
+"""An environment value: anything but NUL; ``{...}`` placeholders are kept as written."""
+SettingName = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=SHORT_MAX),
+    _ONE_LINE,
+    _refuse(lambda value: "=" in value, "must not contain '=' (it is passed as KEY=VALUE)"),
+]
+TorchVersion = Annotated[
+    str,
+    StringConstraints(max_length=NAME_MAX),
+    _Match(r"[0-9][0-9A-Za-z.+_-]*", "a torch version looks like '2.9' or '2.9.0+cu130'"),
+]
+ImportName = Annotated[
+    str,
+    StringConstraints(max_length=SHORT_MAX),
+    _Match(
+        r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*",
+        "an importable module name looks like 'pkg' or 'pkg.sub'",
+    ),
+]
+
+
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True
+    )
+
+
+def _array(default: tuple[Any, ...] = ()) -> Any:
+    """A field read from a TOML array: the array becomes a tuple, its items stay strict."""
+    return Field(default=default, strict=False, max_length=1024)
 
 
 class Source(_Model):
     """Where the package's source comes from. Exactly one of path, pypi or git."""
 
-    path: str | None = None
-    """A local source tree, relative to the recipe file."""
-    pypi: str | None = None
+    path: Line | None = None
+    """A local source tree, relative to the recipe file. It must lie inside the recipe's
+    project (see ``wheelkiln.recipe.load.project_root``)."""
+    pypi: Line | None = None
     """An sdist on PyPI, as 'NAME==VERSION'."""
-    sha256: str | None = None
+    sha256: Line | None = None
     """The sdist's sha256; required with 'pypi' so a changed upload is refused."""
-    git: str | None = None
+    git: Argument | None = None
     """A git URL; requires 'rev'."""
-    rev: str | None = None
+    rev: Argument | None = None
     """The git commit or tag to check out."""
-    subdir: str | None = None
-    """The package's directory inside the source, when it is not the top."""
+    subdir: InsidePath | None = None
+    """The package's directory inside the source, when it is not the top (relative, inside
+    the source)."""
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:
@@ -67,14 +245,14 @@ class Build(_Model):
 
     frontend: Literal["pip", "build"] = "pip"
     """The PEP 517 frontend: 'pip' (pip wheel) or 'build' (python -m build)."""
-    requires: tuple[str, ...] = ()
+    requires: tuple[Argument, ...] = _array()
     """Extra build requirements or pins, added to the package's build-system.requires."""
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=1024)
     """Environment for the build (MAX_JOBS, NVCC_THREADS, TORCH_CUDA_ARCH_LIST, ...)."""
-    config_settings: dict[str, str] = Field(default_factory=dict)
+    config_settings: dict[SettingName, Text] = Field(default_factory=dict, max_length=1024)
     """PEP 517 config settings passed to the backend."""
-    jobs: int | None = Field(default=None, ge=1)
-    """Parallel compile jobs; default: the machine's core count."""
+    jobs: int | None = Field(default=None, ge=1, le=MAX_JOBS)
+    """Parallel compile jobs (1 to 1024); default: the machine's core count."""
     cuda_home_nvcc: bool = False
     """The build runs $CUDA_HOME/bin/nvcc itself (torch without ninja): give it a CUDA_HOME
     whose nvcc goes through the cache."""
@@ -83,86 +261,63 @@ class Build(_Model):
 class CudaLane(_Model):
     """One CUDA line of the matrix."""
 
-    version: str
+    version: Annotated[str, _Match(r"\d{1,3}\.\d{1,3}", "a CUDA version looks like '13.0'")]
     """The CUDA version, e.g. '13.0'."""
-    arch_list: tuple[str, ...] = ()
+    arch_list: tuple[
+        Annotated[str, _Match(r"\d{1,3}\.\d{1,3}a?(\+PTX)?", "an arch looks like '8.0' or '9.0a'")],
+        ...,
+    ] = _array()
     """GPU architectures for this lane, e.g. ['8.0', '9.0'] (TORCH_CUDA_ARCH_LIST style)."""
-
-    @field_validator("version")
-    @classmethod
-    def _version(cls, value: str) -> str:
-        if not re.fullmatch(r"\d+\.\d+", value):
-            raise ValueError(f"CUDA version must look like '13.0', got {value!r}")
-        return value
-
-    @field_validator("arch_list")
-    @classmethod
-    def _arch(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for arch in value:
-            if not re.fullmatch(r"\d+\.\d+a?(\+PTX)?", arch):
-                raise ValueError(f"arch must look like '8.0' or '9.0a', got {arch!r}")
-        return value
 
 
 class Matrix(_Model):
     """The build matrix: python × cuda lane × torch × platform."""
 
-    python: tuple[str, ...] = ("3.11",)
+    python: tuple[
+        Annotated[str, _Match(r"3\.\d{1,3}", "a python version looks like '3.11'")], ...
+    ] = _array(("3.11",))
     """Python versions, e.g. ['3.10', '3.11']."""
-    cuda: tuple[CudaLane, ...] = ()
+    cuda: tuple[CudaLane, ...] = _array()
     """CUDA lanes; empty for a package that does not use CUDA."""
-    torch: tuple[str, ...] = ()
+    torch: tuple[TorchVersion, ...] = _array()
     """torch versions the package builds against."""
-    platforms: tuple[str, ...] = ("linux-x86_64",)
+    platforms: tuple[Platform, ...] = _array(("linux-x86_64",))
     """Platforms: linux-x86_64, linux-aarch64, windows-amd64, macos-arm64, macos-x86_64."""
     links_torch: bool = False
     """Whether the wheel links torch; false collapses the torch axis."""
 
-    @field_validator("python")
+    @field_validator("python", "platforms")
     @classmethod
-    def _python(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for version in value:
-            if not re.fullmatch(r"3\.\d+", version):
-                raise ValueError(f"python versions look like '3.11', got {version!r}")
+    def _not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         if not value:
-            raise ValueError("at least one python version is needed")
-        return value
-
-    @field_validator("platforms")
-    @classmethod
-    def _platforms(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for platform in value:
-            if platform not in PLATFORMS:
-                raise ValueError(f"unknown platform {platform!r}; valid: {', '.join(PLATFORMS)}")
-        if not value:
-            raise ValueError("at least one platform is needed")
+            raise ValueError("at least one value is needed")
         return value
 
 
 class Sharding(_Model):
     """How one cell's compile is split across N jobs."""
 
-    count: int = Field(default=1, ge=1, le=256)
-    """N, the number of shard jobs per sharded cell (1 = no sharding)."""
+    count: int = Field(default=1, ge=1, le=MAX_SHARDS)
+    """N, the number of shard jobs per sharded cell (1 = no sharding, at most 256)."""
     filter: Literal["seat", "source"] = "seat"
     """Partition mechanism: 'seat' (compiler wrapper) or 'source' (delete out-of-slice
     sources before the build). Never both."""
-    platforms: tuple[str, ...] = ()
+    platforms: tuple[Platform, ...] = _array()
     """Platforms that shard; others build whole. Empty: every matrix platform."""
-    source_globs: tuple[str, ...] = ()
-    """Globs (relative to the package root) of the generated sources that the source
-    partition deletes out of slice. Required with filter = 'source'."""
-    partition_map: str | None = None
+    source_globs: tuple[InsidePath, ...] = _array()
+    """Globs (relative to the package root, without '..') of the generated sources that
+    the source partition deletes out of slice. Required with filter = 'source'."""
+    partition_map: Line | None = None
     """A JSON file (relative to the recipe) mapping TU paths to shard indexes, overriding
-    the hash for TUs whose cost is known."""
+    the hash for TUs whose cost is known. It must lie inside the recipe's project."""
 
 
 class Family(_Model):
     """A named group of TUs, e.g. one GPU architecture's kernels."""
 
-    name: str
+    name: Name
     """The family's name, e.g. 'sm90'."""
-    pattern: str
+    pattern: Line
     """A regular expression searched in the TU path relative to the package root."""
 
     @field_validator("pattern")
@@ -170,7 +325,7 @@ class Family(_Model):
     def _regex(cls, value: str) -> str:
         try:
             re.compile(value)
-        except re.error as exc:
+        except (re.error, RecursionError, OverflowError) as exc:
             raise ValueError(f"not a valid regular expression: {exc}") from None
         return value
 
@@ -178,15 +333,19 @@ class Family(_Model):
 class Verify(_Model):
     """Checks applied to a built wheel."""
 
-    import_name: str | None = Field(default=None, alias="import")
+    import_name: ImportName | None = Field(default=None, alias="import")
     """The module to import after installing the wheel."""
-    extension_modules: tuple[str, ...] = ()
+    extension_modules: tuple[Line, ...] = _array()
     """Globs of extension modules the wheel must contain, e.g. 'pkg/*.so'."""
-    smoke: str | None = None
+    smoke: Annotated[str, StringConstraints(max_length=SMOKE_MAX), _NO_NUL] | None = None
     """Python code run after installing the wheel; it must exit 0."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+        populate_by_name=True,
+        strict=True,
     )
 
 
@@ -195,16 +354,16 @@ class CacheSettings(_Model):
 
     backend: Literal["ccache", "sccache", "none"] = "ccache"
     """The compiler cache: ccache (default), sccache, or none."""
-    remote: str | None = None
+    remote: Line | None = None
     """Remote storage URL passed to the cache (ccache remote_storage, e.g. redis://...)."""
-    namespace: str | None = None
+    namespace: Name | None = None
     """A namespace (ccache) or key prefix (sccache) isolating this package's entries."""
 
 
 class Recipe(_Model):
     """One package's build description."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: Name
     """The package name, used in cell ids and job names."""
     source: Source
     """Where the source comes from."""
@@ -214,7 +373,7 @@ class Recipe(_Model):
     """The cells to build."""
     sharding: Sharding = Field(default_factory=Sharding)
     """Splitting one cell's compile across jobs."""
-    families: tuple[Family, ...] = ()
+    families: tuple[Family, ...] = _array()
     """Named TU families (regex over TU paths)."""
     verify: Verify = Field(default_factory=Verify)
     """Wheel verification."""
