@@ -613,7 +613,8 @@ def verify(wheel_a: Path, wheel_b: Path, as_json: bool) -> None:
 
     Checks the file lists, every extension module's exported dynamic symbols, and the
     bytes. Objects that differ only in nvcc's per-process temp names are reported as
-    their own category. Exits non-zero when the wheels are not equivalent.
+    their own category, as are objects that differ only in nvcc's per-build module ids
+    and what the linker derives from them. Exits non-zero when the wheels are not equivalent.
     """
     from wheelkiln.build.compare import compare_wheels
 
@@ -626,7 +627,7 @@ def verify(wheel_a: Path, wheel_b: Path, as_json: bool) -> None:
         ("files only in A", ", ".join(result.only_in_a) or "none"),
         ("files only in B", ", ".join(result.only_in_b) or "none"),
         ("byte-identical", str(len(result.identical))),
-        ("differ only in nvcc temp names", ", ".join(result.nvcc_temp_names_only) or "none"),
+        ("differ only in nvcc's per-build names", ", ".join(result.nvcc_temp_names_only) or "none"),
         ("differ only in debug info", ", ".join(result.debug_info_only) or "none"),
         ("differ", ", ".join(result.differing) or "none"),
         (

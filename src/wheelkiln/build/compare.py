@@ -7,11 +7,13 @@ the ``.note.gnu.build-id`` hash over the whole output, debug sections included, 
 build ID differs as well. Extension modules equal once their debug sections and build-ID
 note are removed form a second category.
 
-nvcc embeds a per-process temporary name (``tmpxft_<pid>_<n>``) in every object it
-writes, and names internal-linkage device symbols (``_INTERNAL_<hash>_``) with a hash of
-the source's absolute path, so two compiles of the same CUDA source in different trees
-differ by a few bytes. Such a difference is its own category, not a failure: once those
-names are blanked the bytes are equal.
+nvcc makes up names per compile (temp names, module ids that hash the source's absolute
+path) and writes them into symbols, the fatbin (compressed, for PTX) and ``.rodata``; in a
+shared object ld then orders the symbol hash table, PLT and GOT by those names, and the
+build id hashes it all. :mod:`wheelkiln.build.nvcc_names` blanks them; files equal once
+blanked (bytes, or for linked ELF files section by section, symbols and relocations as
+listings and code as disassembly) form their own category, not a failure. Every other
+difference stays a difference.
 """
 
 from __future__ import annotations
@@ -25,12 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln import run
+from wheelkiln.build.nvcc_names import blank_symbol, normalize, same_modulo_names
 from wheelkiln.build.wheel import is_extension
 from wheelkiln.errors import UsageError
 
-NVCC_TEMP_NAME = re.compile(rb"tmpxft_[0-9a-f]{8}_[0-9a-f]{8}(-\d+)?")
-NVCC_PATH_HASH = re.compile(rb"(_INTERNAL_|_GLOBAL__N__)[0-9a-f]{8}_")
-"""nvcc names internal-linkage device symbols with a hash of the source's absolute path."""
 DERIVED = re.compile(r"\.dist-info/RECORD$")
 BUILD_ID_SECTION = ".note.gnu.build-id"
 
@@ -93,19 +93,12 @@ def _without_debug_info(data: bytes) -> bytes:
         return stripped.read_bytes()
 
 
-def _normalized(data: bytes) -> bytes:
-    """nvcc's per-compile names blanked: temp names, and the path hashes in internal
-    symbol names (same length, so offsets and layout still compare)."""
-    data = NVCC_TEMP_NAME.sub(b"tmpxft", data)
-    return NVCC_PATH_HASH.sub(lambda m: m.group(1) + b"00000000_", data)
-
-
 def _classify(name: str, a: bytes, b: bytes, result: WheelComparison) -> None:
     """File one common file under identical, nvcc names only, debug info only, or differing."""
     if a == b:
         result.identical.append(name)
         return
-    if _normalized(a) == _normalized(b):
+    if normalize(a) == normalize(b):
         result.nvcc_temp_names_only.append(name)
         return
     if is_extension(name):
@@ -115,7 +108,9 @@ def _classify(name: str, a: bytes, b: bytes, result: WheelComparison) -> None:
         if stripped_a == stripped_b:
             result.debug_info_only.append(name)
             return
-        if _normalized(stripped_a) == _normalized(stripped_b):
+        if normalize(stripped_a) == normalize(stripped_b) or same_modulo_names(
+            stripped_a, stripped_b
+        ):
             result.nvcc_temp_names_only.append(name)
             return
     result.differing.append(name)
@@ -144,7 +139,8 @@ def compare_wheels(wheel_a: Path, wheel_b: Path) -> WheelComparison:
             result.symbols_checked += 1
             if hashlib.sha256(a[name]).digest() == hashlib.sha256(b[name]).digest():
                 continue
-            sym_a, sym_b = exported_symbols(a[name]), exported_symbols(b[name])
+            sym_a = {blank_symbol(symbol) for symbol in exported_symbols(a[name])}
+            sym_b = {blank_symbol(symbol) for symbol in exported_symbols(b[name])}
             if sym_a != sym_b:
                 result.symbol_differences[name] = {
                     "only_in_a": sorted(sym_a - sym_b)[:50],
