@@ -10,11 +10,15 @@ tree. Stdlib only.
 from __future__ import annotations
 
 import os
+import re
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 from pathlib import Path
 
-from wheelkiln.shard.partition import is_mine, tu_key
+from wheelkiln.errors import SourceError
+from wheelkiln.shard.partition import is_mine
 
 
 @dataclass(frozen=True)
@@ -25,18 +29,100 @@ class SourcePartitionResult:
     deleted: list[str] = field(default_factory=list)
 
 
-def _matching_files(tree: Path, globs: Sequence[str]) -> list[Path]:
-    matched: dict[str, Path] = {}
+def _glob_problem(pattern: str) -> str | None:
+    if not pattern.strip():
+        return "is empty"
+    if pattern.startswith(("/", "\\")) or (len(pattern) > 1 and pattern[1] == ":"):
+        return "is absolute"
+    if ".." in re.split(r"[/\\]", pattern):
+        return "contains '..'"
+    return None
+
+
+def _segments_match(pattern: Sequence[str], parts: Sequence[str]) -> bool:
+    """Whether the path *parts* match the glob *pattern* segments as ``pathlib`` globs
+    do: ``**`` stands for any number of directories (none included), every other segment
+    matches exactly one name by :func:`fnmatch.fnmatchcase`, so ``*`` never crosses a
+    ``/``.
+
+    Run as a set of pattern positions stepped once per path part, so a pattern full of
+    ``**`` costs len(pattern) × len(parts), never an exponential backtrack.
+    """
+
+    def closure(positions: set[int]) -> set[int]:
+        reached = set(positions)
+        for position in sorted(positions):
+            while position < len(pattern) and pattern[position] == "**":
+                position += 1
+                reached.add(position)
+        return reached
+
+    current = closure({0})
+    for number, part in enumerate(parts):
+        last = number == len(parts) - 1
+        following: set[int] = set()
+        for position in current:
+            if position == len(pattern):
+                continue
+            segment = pattern[position]
+            if segment == "**":
+                if not last:  # ``**`` is directories only, never the file name
+                    following.add(position)
+            elif fnmatchcase(part, segment):
+                following.add(position + 1)
+        current = closure(following)
+        if not current:
+            return False
+    return len(pattern) in current
+
+
+def _matching_files(tree: Path, globs: Sequence[str]) -> list[str]:
+    """The tree-relative POSIX keys of the files under *tree* that match *globs*, sorted.
+
+    The walk never follows a symlink to a directory: the tree is copied with its
+    symlinks kept, and a glob such as ``dir/*/*.cpp`` that reached through one would
+    name, and then delete, files outside the tree. A symlink to a file is listed as a
+    file of its own (deleting it removes the link, not its target).
+    """
+    patterns = []
     for pattern in globs:
-        if not pattern or Path(pattern).is_absolute() or ".." in Path(pattern).parts:
-            raise ValueError(
-                f"source glob {pattern!r} must be a non-empty pattern relative to the "
-                f"package tree (no absolute paths, no '..'), like 'csrc/**/*.cu'"
+        problem = _glob_problem(pattern)
+        if problem is not None:
+            raise SourceError(
+                f"source glob {pattern!r} {problem}: it must be a non-empty pattern relative "
+                "to the package tree (no absolute paths, no '..'), like 'csrc/**/*.cu'",
+                hint="Fix sharding.source_globs in the recipe.",
             )
-        for path in tree.glob(pattern):
-            if path.is_file() or path.is_symlink():
-                matched[tu_key(path, tree)] = path
-    return [matched[key] for key in sorted(matched)]
+        patterns.append([segment for segment in pattern.split("/") if segment not in ("", ".")])
+    matched: list[str] = []
+    for directory, _subdirectories, files in os.walk(tree, followlinks=False):
+        relative = Path(directory).relative_to(tree).parts
+        for name in files:
+            parts = (*relative, name)
+            if any(_segments_match(pattern, parts) for pattern in patterns):
+                matched.append("/".join(parts))
+    return sorted(matched)
+
+
+def _unlink_inside(tree: Path, key: str) -> None:
+    """Delete the file *key* names under *tree* (already resolved), after checking that
+    the entry really lives there: its directory resolves under *tree* and it is not a
+    directory. Only the entry is removed; a symlink's target is never touched."""
+    path = tree / key
+    parent = path.parent.resolve()
+    if not parent.is_relative_to(tree):
+        raise SourceError(
+            f"Source partition: refusing to delete {path}: its directory resolves to "
+            f"{parent}, outside the tree {tree}.",
+            hint="Something changed the shard's tree during the partition; run the shard again.",
+        )
+    entry = parent / path.name
+    if stat.S_ISDIR(entry.lstat().st_mode):
+        raise SourceError(
+            f"Source partition: refusing to delete {entry}: it is a directory.",
+            hint="Something changed the shard's tree during the partition; run the shard again.",
+        )
+    entry.unlink()
 
 
 def apply_source_partition(
@@ -51,21 +137,23 @@ def apply_source_partition(
 
     A file is owned by the same rule as a TU in the seat wrapper: the partition key is
     its path relative to *tree* (POSIX separators), ``**`` works as in
-    :meth:`pathlib.Path.glob`. A symlink is removed, never its target.
+    :meth:`pathlib.Path.glob`. Nothing outside *tree* is ever deleted: directory
+    symlinks are not followed, every deleted path must resolve under the tree, and a
+    symlink is removed, never its target.
     """
     if not 0 <= index < count:
         raise ValueError(f"shard index {index} is outside 0..{count - 1} ({count} shards)")
     tree = Path(tree)
     if not tree.is_dir():
         raise ValueError(f"source partition: {tree} is not a directory")
+    tree = tree.resolve()
     kept: list[str] = []
     deleted: list[str] = []
-    for path in _matching_files(tree, globs):
-        key = tu_key(path, tree)
+    for key in _matching_files(tree, globs):
         if is_mine(key, index, count, partition_map):
             kept.append(key)
         else:
-            path.unlink()
+            _unlink_inside(tree, key)
             deleted.append(key)
     return SourcePartitionResult(kept=kept, deleted=deleted)
 
