@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tarfile
 import tempfile
 import urllib.parse
@@ -17,11 +18,23 @@ import zipfile
 from pathlib import Path
 
 from wheelkiln import run
-from wheelkiln.errors import SourceError
-from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.errors import RecipeError, SourceError
+from wheelkiln.recipe.load import LoadedRecipe, resolve_inside
 from wheelkiln.recipe.model import PYPI_SPEC
 
-IGNORED = ("build", "dist", "*.egg-info", ".git", "__pycache__", "_skbuild", ".eggs")
+TOP_LEVEL_OUTPUTS = ("build", "dist", "_skbuild", ".eggs")
+"""Build outputs that frontends and backends leave at the package root. Only there:
+``src/pkg/build/`` is a subpackage that the wheel needs."""
+IGNORED_ANYWHERE = ("*.egg-info", ".git", "__pycache__")
+"""Never source, at any depth: none of them can be an importable package's name."""
+
+
+def is_ignored(relative: tuple[str, ...]) -> bool:
+    """Whether the entry at *relative* (path parts under the package root) is a build
+    leftover that the private copy and the source digest both leave out."""
+    if relative and relative[0] in TOP_LEVEL_OUTPUTS:
+        return True
+    return any(fnmatch.fnmatchcase(part, p) for part in relative for p in IGNORED_ANYWHERE)
 
 
 def sha256_file(path: Path) -> str:
@@ -179,23 +192,64 @@ def fetch_source(loaded: LoadedRecipe, store: Path) -> Path:
         assert source.git is not None and source.rev is not None
         tree = _fetch_git(source.git, source.rev, store)
     if source.subdir:
+        package = resolve_inside(tree, source.subdir, tree)
+        if package is None or not package.is_dir():
+            where = "outside the source tree" if package is None else "to no directory"
+            raise RecipeError(
+                f"{loaded.path}: key 'source.subdir': {source.subdir!r} resolves {where} ({tree}).",
+                hint="Name the package's directory inside the source, without '..' or a "
+                "symlink that leads out of it.",
+            )
         tree = tree / source.subdir
     return tree
 
 
+def _is_special(path: Path) -> bool:
+    """A fifo, socket or device: never source, and a fifo would block whoever reads it."""
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
+
+
 def copy_tree(pristine: Path, destination: Path) -> None:
-    """A private copy of the source, without build leftovers; mtimes are kept."""
+    """A private copy of the source, without build leftovers (:func:`is_ignored`) or
+    special files (fifos, sockets, devices); mtimes and symlinks are kept as they are."""
+    root = Path(pristine)
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        relative = Path(directory).relative_to(root).parts
+        return {
+            name
+            for name in names
+            if is_ignored((*relative, name)) or _is_special(Path(directory, name))
+        }
+
     shutil.rmtree(destination, ignore_errors=True)
-    shutil.copytree(pristine, destination, ignore=shutil.ignore_patterns(*IGNORED), symlinks=True)
+    shutil.copytree(root, destination, ignore=ignore, symlinks=True)
 
 
 def source_digest(tree: Path) -> str:
-    """A digest over every file's relative path and content."""
+    """A digest over every entry's relative path and content, leftovers excluded as
+    :func:`copy_tree` excludes them, so a tree and its copy digest the same.
+
+    The walk follows no symlink to a directory (the copy keeps those as links); a
+    symlink is digested as its target's name, plus the content when it leads to a
+    regular file. Special files are left out, as the copy leaves them out.
+    """
     digest = hashlib.sha256()
-    for path in sorted(p for p in tree.rglob("*") if p.is_file()):
-        rel = path.relative_to(tree)
-        if any(fnmatch.fnmatch(part, pattern) for part in rel.parts for pattern in IGNORED):
-            continue
-        digest.update(rel.as_posix().encode() + b"\0")
-        digest.update(sha256_file(path).encode())
+    entries: list[tuple[str, Path]] = []
+    for directory, subdirectories, files in os.walk(tree, followlinks=False):
+        relative = Path(directory).relative_to(tree).parts
+        subdirectories[:] = [d for d in subdirectories if not is_ignored((*relative, d))]
+        for name in (*files, *(d for d in subdirectories if Path(directory, d).is_symlink())):
+            if not is_ignored((*relative, name)) and not _is_special(Path(directory, name)):
+                entries.append(("/".join((*relative, name)), Path(directory, name)))
+    for key, path in sorted(entries):
+        digest.update(key.encode("utf-8", "surrogateescape") + b"\0")
+        if path.is_symlink():
+            digest.update(b"symlink:" + os.fsencode(path.readlink()) + b"\0")
+        if path.is_file():  # a regular file, or a symlink to one
+            digest.update(sha256_file(path).encode())
     return digest.hexdigest()

@@ -1,0 +1,105 @@
+"""The private copy of a package's source and its digest: what is left out, and only that."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from wheelkiln.build.source import copy_tree, fetch_source, source_digest
+from wheelkiln.errors import RecipeError
+from wheelkiln.recipe.load import load_recipe
+
+SOURCE = {
+    "pyproject.toml": "[project]\nname = 'pkg'\n",
+    "src/pkg/__init__.py": "from pkg import build\n",
+    "src/pkg/build/__init__.py": "STEPS = 3\n",  # a subpackage named build
+    "src/pkg/dist/__init__.py": "SPREAD = 2\n",  # and one named dist
+    "src/pkg/tools/_skbuild/notes.txt": "kept\n",
+}
+LEFTOVERS = {
+    "build/lib/pkg/__init__.py": "stale\n",
+    "dist/pkg-1.0.whl": "stale\n",
+    "_skbuild/cmake.txt": "stale\n",
+    ".eggs/x.txt": "stale\n",
+    "src/pkg.egg-info/PKG-INFO": "stale\n",
+    "src/pkg/__pycache__/x.pyc": "stale\n",
+    ".git/HEAD": "ref: main\n",
+}
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+
+
+def test_only_top_level_build_outputs_are_left_out(tmp_path: Path) -> None:
+    pristine = write(tmp_path / "pristine", {**SOURCE, **LEFTOVERS})
+    copy = tmp_path / "copy"
+    copy_tree(pristine, copy)
+    assert files_under(copy) == sorted(SOURCE)
+    assert source_digest(copy) == source_digest(pristine)
+
+
+def test_a_nested_build_package_counts_in_the_digest(tmp_path: Path) -> None:
+    pristine = write(tmp_path / "pristine", {**SOURCE, **LEFTOVERS})
+    before = source_digest(pristine)
+    (pristine / "src/pkg/build/__init__.py").write_text("STEPS = 4\n")
+    edited = source_digest(pristine)
+    assert edited != before
+    (pristine / "src/pkg/dist/more.py").write_text("")
+    assert source_digest(pristine) != edited
+    # build leftovers at the top, or anywhere for caches and metadata, do not count
+    settled = source_digest(pristine)
+    write(pristine, {name: "changed\n" for name in LEFTOVERS})
+    write(pristine, {"build/new.o": "", "src/pkg/sub/__pycache__/y.pyc": ""})
+    assert source_digest(pristine) == settled
+
+
+def test_digest_names_symlinks_and_reads_only_regular_files(tmp_path: Path) -> None:
+    outside = write(tmp_path / "outside", {"big.txt": "outside\n"})
+    pristine = write(tmp_path / "pristine", SOURCE)
+    (pristine / "linked-dir").symlink_to(outside, target_is_directory=True)
+    (pristine / "linked-file").symlink_to(outside / "big.txt")
+    os.mkfifo(pristine / "pipe")  # reading it would block forever
+    first = source_digest(pristine)
+    copy = tmp_path / "copy"
+    copy_tree(pristine, copy)
+    assert (copy / "linked-dir").is_symlink() and not (copy / "pipe").exists()
+    assert source_digest(copy) == first
+    (outside / "big.txt").write_text("changed\n")  # a linked file's content counts
+    assert source_digest(pristine) != first
+    changed = source_digest(pristine)
+    (outside / "other.txt").write_text("")  # behind a directory link: not walked
+    assert source_digest(pristine) == changed
+    (pristine / "linked-dir").unlink()
+    (pristine / "linked-dir").symlink_to(tmp_path, target_is_directory=True)
+    assert source_digest(pristine) != changed  # where a link points counts
+
+
+def test_subdir_turned_into_a_link_out_is_refused_at_fetch(tmp_path: Path) -> None:
+    """The recipe is checked when loaded, and the source again when fetched."""
+    project = tmp_path / "project"
+    write(project, {"tree/pkg/setup.py": ""})
+    outside = write(tmp_path / "outside", {"setup.py": ""})
+    recipe = project / "recipes" / "pkg.toml"
+    recipe.parent.mkdir()
+    recipe.write_text('name = "pkg"\n[source]\npath = "../tree"\nsubdir = "pkg"\n')
+    loaded = load_recipe(recipe)
+    assert fetch_source(loaded, tmp_path / "store") == project / "tree" / "pkg"
+    shutil.rmtree(project / "tree" / "pkg")
+    (project / "tree" / "pkg").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(RecipeError) as caught:
+        fetch_source(loaded, tmp_path / "store")
+    assert caught.value.message == (
+        f"{recipe}: key 'source.subdir': 'pkg' resolves outside the source tree "
+        f"({project / 'tree'})."
+    )
