@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -248,7 +249,7 @@ def build(
     ui.console.print(_summary_table("kiln build", rows))
     missed = record["cache"]["missed_tus"]
     if missed and record["cache"].get("hits", 0):
-        ui.info(f"{len(missed)} TU(s) missed the cache: " + ", ".join(missed[:10]))
+        ui.info(f"{len(missed)} TU(s) missed the cache: " + escape(", ".join(missed[:10])))
 
 
 @contextmanager
@@ -543,7 +544,7 @@ def link(
     ui.console.print(_summary_table("kiln link", rows))
     for missed in gate.missed:
         shard_text = f"shard {missed['shard'] + 1}" if missed["shard"] is not None else "no shard"
-        ui.info(f"  missed {missed['tu']} ({shard_text}): {missed['difference']}")
+        ui.info(escape(f"  missed {missed['tu']} ({shard_text}): {missed['difference']}"))
     if not gate.passed:
         raise GateError(
             f"The link gate of {chosen.id} failed:\n- " + "\n- ".join(gate.problems),
@@ -599,7 +600,7 @@ def shard_plan(sources: tuple[Path, ...], count: int, out_path: Path, as_json: b
     ui.console.print(table)
     ui.info(
         f"slowest/mean: hash {BalancePlan.imbalance(plan.hash_loads):.2f}, "
-        f"balanced {BalancePlan.imbalance(plan.loads):.2f}. Map written to {out_path}; "
+        f"balanced {BalancePlan.imbalance(plan.loads):.2f}. Map written to {escape(str(out_path))}; "
         "set sharding.partition_map to it (relative to the recipe)."
     )
 
@@ -639,8 +640,10 @@ def verify(wheel_a: Path, wheel_b: Path, as_json: bool) -> None:
     ui.console.print(_summary_table("kiln verify", rows))
     for name, diff in result.symbol_differences.items():
         ui.info(
-            f"  {name}: only in A: {', '.join(diff['only_in_a'][:5]) or '-'}; "
-            f"only in B: {', '.join(diff['only_in_b'][:5]) or '-'}"
+            escape(
+                f"  {name}: only in A: {', '.join(diff['only_in_a'][:5]) or '-'}; "
+                f"only in B: {', '.join(diff['only_in_b'][:5]) or '-'}"
+            )
         )
     if not result.equivalent:
         raise GateError(

@@ -79,14 +79,16 @@ def check_output_dir(path: Path, what: str) -> Path:
     return resolved
 
 
-def _check_dir(resolved: Path, path: Path, what: str) -> None:
+def _check_dir(resolved: Path, path: Path, what: str, *, making: str = "directory") -> None:
+    """``resolved`` must be, or be creatable as, a directory we can write in (``making``
+    names what the command makes there, for the message)."""
     try:
         existing = _nearest_existing(resolved)
         if not existing.is_dir():
             problem = (
                 f"{resolved} is a file, not a directory"
-                if existing == resolved
-                else f"{existing} is a file, so no directory can be made under it"
+                if existing == resolved and making == "directory"
+                else f"{existing} is a file, so no {making} can be made under it"
             )
             raise PathError(
                 f"{what} {path}: {problem}.",
@@ -109,7 +111,7 @@ def check_output_file(path: Path, what: str) -> Path:
             f"{what} {path}: {resolved} is a directory; a file path is needed here.",
             hint=f"Give a file name, e.g. {path / 'out'}.",
         )
-    _check_dir(resolved.parent, path, what)
+    _check_dir(resolved.parent, path, what, making="file")
     return resolved
 
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
+from rich.errors import MarkupError
 from rich.text import Text
 
 console = Console(stderr=True, highlight=False)
@@ -64,8 +65,17 @@ def _soft_wrap() -> bool:
 
 
 def info(message: str) -> None:
-    """A line of progress or summary; ``message`` may hold rich markup."""
-    console.print(message, soft_wrap=_soft_wrap())
+    """A line of progress or summary; ``message`` may hold rich markup.
+
+    Values interpolated into it (paths, TU names) should be passed through
+    :func:`rich.markup.escape`; one that was not and reads as a broken tag (``[/x]`` in
+    a directory name) prints as plain text rather than ending the command.
+    """
+    try:
+        text = Text.from_markup(message)
+    except MarkupError:
+        text = Text(message)
+    console.print(text, soft_wrap=_soft_wrap())
 
 
 def warn(message: str) -> None:

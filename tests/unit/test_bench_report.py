@@ -69,8 +69,41 @@ def test_html_plots_every_run_and_is_well_formed() -> None:
     assert render_html(summarize([])).count("No bench records") == 1
 
 
+EXTREME_WALLS = {
+    "huge": [1e308], "largest float": [1.7976931348623157e308], "inf": [float("inf")],
+    "nan": [float("nan")], "negative": [-5.0], "zero": [0.0], "-inf": [float("-inf")],
+    "tiny": [1e-300], "subnormal": [5e-324], "both ends": [5e-324, 1e308, 2.0],
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXTREME_WALLS))
+def test_every_format_renders_extreme_walls(case: str) -> None:
+    """A store anyone can edit may hold any number: every format still renders, the plot
+    stays inside its box, and the JSON stays JSON."""
+    import math
+    import re
+    import xml.etree.ElementTree as ET
+
+    walls = EXTREME_WALLS[case]
+    summary = summarize([rec("cold", wall) for wall in walls] + [rec("hot", 1.0)])
+    page = render_html(summary)
+    body = page.split("<body>", 1)[1].removesuffix("</body></html>\n")
+    root = ET.fromstring(f"<div>{body}</div>")
+    svg = root.find(".//svg")
+    assert svg is not None
+    width = float(svg.get("width", "0"))
+    coordinates = [float(v) for v in re.findall(r' (?:cx|x1|x2|x)="([^"]*)"', body)]
+    assert coordinates and all(0 <= value <= width for value in coordinates), coordinates
+    drawn = [wall for wall in walls if not math.isnan(wall)]
+    assert len(root.findall(".//circle")) == len(drawn) + 1
+    data = json.loads(render_json(summary), parse_constant=lambda token: pytest.fail(token))
+    assert {g["scenario"] for g in data["groups"]} == {"cold", "hot"}
+    assert "| cold |" in render_markdown(summary)
+
+
 @pytest.mark.parametrize(("value", "shown"), [(None, "–"), (1.234, "1.23 s"), (12.34, "12.3 s"),
-                                              (1234.5, "1,234 s")])
+                                              (1234.5, "1,234 s"), (1e308, "1e+308 s"),
+                                              (float("inf"), "inf s"), (-5.0, "-5.00 s")])
 def test_seconds_format(value: float | None, shown: str) -> None:
     assert seconds(value) == shown
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from rich.markup import escape
 from rich.table import Table
 
 from wheelkiln import ui
@@ -133,7 +134,7 @@ def bench_run(
         return
     if result.records:
         ui.console.print(_run_table(chosen.id, result.records))
-    ui.info(f"{len(result.records)} record(s) appended to {result.store_path}")
+    ui.info(escape(f"{len(result.records)} record(s) appended to {result.store_path}"))
     if as_json:
         _emit_json({
             "status": "aborted" if result.aborted else ("failed" if result.failures else "ok"),
@@ -202,7 +203,7 @@ def bench_report(
     if out_path is not None:
         out_path.parent.mkdir(parents=True, exist_ok=True)
         out_path.write_text(text, encoding="utf-8")
-        ui.info(f"Wrote {out_path}")
+        ui.info(escape(f"Wrote {out_path}"))
     else:
         click.echo(text, nl=False)
 

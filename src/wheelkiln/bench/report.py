@@ -23,6 +23,11 @@ RIGHT = {"jobs", "shards", "n", "median wall", "min–max", "hits/misses", "valu
 
 
 def _number(seconds: float) -> str:
+    # Records come from a store anyone can edit: inf, nan and 1e308 must still print.
+    if not math.isfinite(seconds):
+        return str(seconds)
+    if abs(seconds) >= 1e7:
+        return f"{seconds:.3g}"
     if seconds < 10:
         return f"{seconds:.2f}"
     if seconds < 100:
@@ -148,9 +153,21 @@ def summary_json(
     }
 
 
+def _json_safe(value: Any) -> Any:
+    """JSON has no inf or nan (Python would write the invalid tokens ``Infinity`` and
+    ``NaN``): a non-finite number becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(item) for item in value]
+    return value
+
+
 def render_json(summary: Summary, *, source: str = "", warnings: list[str] | None = None) -> str:
-    return json.dumps(summary_json(summary, source=source, warnings=warnings), indent=2,
-                      sort_keys=True) + "\n"
+    data = _json_safe(summary_json(summary, source=source, warnings=warnings))
+    return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 # --- HTML -------------------------------------------------------------------------------
@@ -164,34 +181,56 @@ h2{font-size:16px;margin-top:2em}.note{color:#666}svg text{font:12px system-ui,s
 _PLOT_WIDTH, _LABEL_WIDTH, _ROW = 760, 150, 26
 
 
-def _ticks(low: float, high: float) -> list[float]:
+_MAX_TICK_DECADES = 12
+_TICK_RANGE = (-300, 300)
+"""Decades that get a tick label: 10.0**e overflows past 308."""
+
+
+def _ticks(log_low: float, log_high: float) -> list[tuple[float, float]]:
+    """(log10 position, value) of the 1-2-5 ticks in range; with many decades, one tick
+    every few decades so the axis stays legible."""
+    first = max(math.floor(log_low), _TICK_RANGE[0])
+    last = min(math.ceil(log_high), _TICK_RANGE[1])
+    every = max(1, math.ceil((last - first) / _MAX_TICK_DECADES))
+    mantissas = (1, 2, 5) if every == 1 else (1,)
     ticks = []
-    for exponent in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1):
-        for mantissa in (1, 2, 5):
-            value = mantissa * 10.0**exponent
-            if low <= value <= high:
-                ticks.append(value)
+    for exponent in range(first, last + 1, every):
+        for mantissa in mantissas:
+            position = exponent + math.log10(mantissa)
+            if log_low <= position <= log_high:
+                ticks.append((position, mantissa * 10.0**exponent))
     return ticks
 
 
 def _plot(groups: list[GroupStats]) -> str:
-    """One row per scenario, every run a dot on a log time axis, the median a bar."""
-    walls = [w for g in groups for w in g.walls if w > 0]
+    """One row per scenario, every run a dot on a log time axis, the median a bar.
+
+    The axis is computed in log10 space, so any finite positive wall fits (1e-300 s and
+    1e308 s on one axis). A run at zero or below sits at the left edge, an infinite one
+    at the right edge; a nan has no place on an axis and is not drawn.
+    """
+    walls = [w for g in groups for w in g.walls if math.isfinite(w) and w > 0]
     if not walls:
         return ""
-    low, high = min(walls) / 1.3, max(walls) * 1.3
-    span = math.log(high / low)
+    margin = math.log10(1.3)
+    log_low, log_high = math.log10(min(walls)) - margin, math.log10(max(walls)) + margin
+    span = log_high - log_low
     inner = _PLOT_WIDTH - _LABEL_WIDTH - 20
 
+    def x_at(position: float) -> float:
+        return _LABEL_WIDTH + inner * (min(max(position, log_low), log_high) - log_low) / span
+
     def x(value: float) -> float:
-        return _LABEL_WIDTH + inner * math.log(max(value, low) / low) / span
+        if value == math.inf:
+            return x_at(log_high)
+        return x_at(math.log10(value) if value > 0 else log_low)
 
     height = _ROW * len(groups) + 30
     parts = [f'<svg width="{_PLOT_WIDTH}" height="{height}" role="img">']
-    for tick in _ticks(low, high):
-        parts.append(f'<line x1="{x(tick):.1f}" x2="{x(tick):.1f}" y1="0" y2="{height - 20}" '
-                     'stroke="#eee"/>')
-        parts.append(f'<text x="{x(tick):.1f}" y="{height - 5}" text-anchor="middle">'
+    for position, tick in _ticks(log_low, log_high):
+        parts.append(f'<line x1="{x_at(position):.1f}" x2="{x_at(position):.1f}" y1="0" '
+                     f'y2="{height - 20}" stroke="#eee"/>')
+        parts.append(f'<text x="{x_at(position):.1f}" y="{height - 5}" text-anchor="middle">'
                      f"{html.escape(seconds(tick))}</text>")
     for row, group in enumerate(groups):
         y = _ROW * row + _ROW / 2
@@ -199,9 +238,11 @@ def _plot(groups: list[GroupStats]) -> str:
         label = f"{group.key.scenario} (n={group.n})"
         parts.append(f'<text x="0" y="{y + 4:.1f}">{html.escape(label)}</text>')
         for wall in group.walls:
+            if math.isnan(wall):
+                continue
             parts.append(f'<circle cx="{x(wall):.1f}" cy="{y:.1f}" r="4" fill="{color}" '
                          f'fill-opacity=".55"><title>{html.escape(seconds(wall))}</title></circle>')
-        if group.median_wall is not None:
+        if group.median_wall is not None and not math.isnan(group.median_wall):
             mx = x(group.median_wall)
             parts.append(f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{y - 9:.1f}" y2="{y + 9:.1f}" '
                          f'stroke="#d62728" stroke-width="2"><title>median '

@@ -8,7 +8,7 @@ next append first ends the torn line with a newline, so its own record starts on
 line of its own and the fragment stays a single skipped line in the middle.
 
 A file in which no line is a bench record is not a store at all (a wrong ``--store``
-path, binary garbage): reading it raises :class:`KilnError` and never touches it.
+path, binary garbage): reading it raises :class:`~wheelkiln.errors.UsageError` (exit 2) and never touches it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from wheelkiln.errors import KilnError
+from wheelkiln.errors import KilnError, UsageError
 from wheelkiln.paths import state_home
 
 BENCH_SCHEMA = 1
@@ -108,11 +108,11 @@ def _trim_missed(cache: dict[str, Any], scenario: str) -> dict[str, Any]:
 
 def _store_error(path: Path, exc: OSError) -> KilnError:
     if exc.errno == errno.EISDIR:
-        return KilnError(
+        return UsageError(
             f"The results store {path} is a directory.",
             hint="Give --store the path of a .jsonl file (it is created if missing).",
         )
-    return KilnError(
+    return UsageError(
         f"Cannot use the results store {path}: {exc.strerror or exc}.",
         hint="Check the path and its permissions, or give another one with --store.",
     )
@@ -289,7 +289,7 @@ def read(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
             )
     if not records and problems:
         shown = "; ".join(problems[:3])
-        raise KilnError(
+        raise UsageError(
             f"corrupt store: {path} is not a JSON-lines results store (no line is a bench "
             f"record; {shown}).",
             hint="It was left untouched. Check the --store path; if this is the store, move "

@@ -1,0 +1,376 @@
+"""Every subcommand at its boundary: bad output paths, bad numbers and missing files give a
+named error with the documented exit code (2 bad input, 6 builder busy), never a
+traceback, and are refused before any work starts (no work tree, no source copy, no
+build environment, nothing recorded).
+
+The table runs in-process through ``wheelkiln.cli.main``, the same entry point as the
+``kiln`` script, so it is fast; a few cases at the end go through a real process and a
+pipe, as CI runs them. Unwritable locations are real ones (tests run as root, so
+permission bits do not stop a write): a path under a regular file, and ``/proc``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from wheelkiln import cli
+
+ROOT = Path(__file__).resolve().parents[2]
+RECIPE = str(ROOT / "recipes" / "demo-cpp.toml")
+PROC = "/proc/kiln-no-such-dir/out"
+"""Under /proc nothing can be created, not even by root."""
+
+BAD_OUT_DIRS = {
+    "a file": ("{file}", "{file} is a file, not a directory"),
+    "under a file": ("{file}/sub", "{file} is a file, so no directory can be made under it"),
+    "unwritable": (PROC, "cannot write in /proc"),
+}
+BAD_OUT_FILES = {
+    "a directory": ("{dir}", "{dir} is a directory; a file path is needed here"),
+    "under a file": ("{file}/out.txt", "{file} is a file, so no file can be made under it"),
+    "unwritable": (PROC + ".txt", "cannot write in /proc"),
+}
+
+
+def _cases() -> dict[str, tuple[list[str], int, list[str]]]:
+    """name → (argv, exit code, texts the message must contain)."""
+    cases: dict[str, tuple[list[str], int, list[str]]] = {}
+    job_commands = {
+        "build": ["build", RECIPE],
+        "shard": ["shard", RECIPE, "--index", "0", "--count", "2"],
+        "link": ["link", RECIPE, "--shards", "{dir}"],
+    }
+    for command, argv in job_commands.items():
+        options = ["--out", "--workdir"] + (["--cache-dir"] if command == "build" else [])
+        for option in options:
+            for what, (path, message) in BAD_OUT_DIRS.items():
+                cases[f"{command} {option} {what}"] = (
+                    [*argv, option, path], 2, [f"{option} {path}", message]
+                )
+        cases[f"{command} $KILN_HOME under a file"] = (
+            [*argv, "KILN_HOME={file}/home"], 2, ["$KILN_HOME", "{file} is a file"]
+        )
+        cases[f"{command} --jobs 0"] = ([*argv, "--jobs", "0"], 2, ["Invalid value for '--jobs'"])
+        cases[f"{command} --jobs -3"] = ([*argv, "-j", "-3"], 2, ["Invalid value for '--jobs'"])
+        cases[f"{command} --jobs many"] = (
+            [*argv, "--jobs", "many"], 2, ["Invalid value for '--jobs'", "many"]
+        )
+        cases[f"{command} missing recipe"] = (
+            [command, "{tmp}/missing.toml", *argv[2:]], 2, ["missing.toml: no such recipe file"]
+        )
+    for value in ("0", "-1", "257", "two"):
+        cases[f"build --shards {value}"] = (
+            ["build", RECIPE, "--shards", value], 2, ["Invalid value for '--shards'"]
+        )
+    for value in ("-1", "soon"):
+        cases[f"build --lock-timeout {value}"] = (
+            ["build", RECIPE, "--lock-timeout", value], 2, ["Invalid value for '--lock-timeout'"]
+        )
+    for value in ("-1", "first"):
+        cases[f"shard --index {value}"] = (
+            ["shard", RECIPE, "--index", value], 2, ["Invalid value for '--index'"]
+        )
+    cases["shard --index 2 of --count 2"] = (
+        ["shard", RECIPE, "--index", "2", "--count", "2"], 2, ["--index 2 is outside 0..1"]
+    )
+    for command in ("shard", "link"):
+        for value in ("0", "-2", "300", "four"):
+            argv = job_commands[command]
+            argv = [a for a in argv if a not in ("--count", "2")]
+            cases[f"{command} --count {value}"] = (
+                [*argv, "--count", value], 2, ["Invalid value for '--count'"]
+            )
+    cases["shard --partition-map missing"] = (
+        ["shard", RECIPE, "--index", "0", "--partition-map", "{tmp}/map.json"], 2,
+        ["Invalid value for '--partition-map'", "map.json"],
+    )
+    cases["shard --partition-map a directory"] = (
+        ["shard", RECIPE, "--index", "0", "--partition-map", "{dir}"], 2,
+        ["Invalid value for '--partition-map'", "is a directory"],
+    )
+    cases["link --shards missing"] = (
+        ["link", RECIPE, "--shards", "{tmp}/nowhere"], 2,
+        ["--shards {tmp}/nowhere is not a directory", "does not exist"],
+    )
+    cases["link --shards a file"] = (
+        ["link", RECIPE, "--shards", "{file}"], 2, ["--shards {file} is not a directory"]
+    )
+
+    for what, (path, message) in BAD_OUT_FILES.items():
+        if what == "a directory":  # click's own check (dir_okay=False) comes first here
+            cases[f"ci github --out {what}"] = (
+                ["ci", "github", RECIPE, "--out", path], 2,
+                ["Invalid value for '--out'", f"'{path}' is a directory"],
+            )
+        else:
+            cases[f"ci github --out {what}"] = (
+                ["ci", "github", RECIPE, "--out", path], 2, [f"--out {path}", message]
+            )
+        cases[f"shard-plan --out {what}"] = (
+            ["shard-plan", "{file}", "--count", "2", "--out", path], 2, [f"--out {path}", message]
+        )
+        cases[f"bench report --out {what}"] = (
+            ["bench", "report", "--out", path], 2, [f"--out {path}", message]
+        )
+        cases[f"bench run --store {what}"] = (
+            ["bench", RECIPE, "--store", path], 2, [f"--store {path}", message]
+        )
+    for what, (path, message) in BAD_OUT_DIRS.items():
+        for option in ("--cache-dir", "--workdir"):
+            cases[f"bench run {option} {what}"] = (
+                ["bench", RECIPE, option, path], 2, [f"{option} {path}", message]
+            )
+    cases["bench run $KILN_HOME under a file"] = (
+        ["bench", RECIPE, "KILN_HOME={file}/home"], 2, ["$KILN_HOME", "{file} is a file"]
+    )
+    for option, value in (("--jobs", "0"), ("--jobs", "x"), ("--repeat", "0"),
+                          ("--repeat", "-1"), ("--shards", "0"), ("--shards", "1000")):
+        cases[f"bench run {option} {value}"] = (
+            ["bench", RECIPE, option, value], 2, [f"Invalid value for '{option}'"]
+        )
+    cases["bench run spelled out, --jobs 0"] = (
+        ["bench", "run", RECIPE, "--jobs", "0"], 2, ["Invalid value for '--jobs'"]
+    )
+    cases["bench run missing recipe"] = (
+        ["bench", "{tmp}/missing.toml"], 2, ["missing.toml: no such recipe file"]
+    )
+    cases["bench report --store a directory"] = (
+        ["bench", "report", "--store", "{dir}"], 2, ["results store {dir} is a directory"]
+    )
+    cases["bench report --store garbage"] = (
+        ["bench", "report", "--store", "{garbage}"], 2, ["corrupt store: {garbage}"]
+    )
+    cases["bench report --format pdf"] = (
+        ["bench", "report", "--format", "pdf"], 2, ["Invalid value for '--format'"]
+    )
+
+    for value in ("0", "-1", "lots"):
+        cases[f"shard-plan --count {value}"] = (
+            ["shard-plan", "{file}", "--count", value, "--out", "{tmp}/map.json"], 2,
+            ["Invalid value for '--count'"],
+        )
+    cases["shard-plan missing source"] = (
+        ["shard-plan", "{tmp}/gone.tar.gz", "--count", "2", "--out", "{tmp}/map.json"], 2,
+        ["gone.tar.gz"],
+    )
+    cases["verify missing wheel"] = (
+        ["verify", "{tmp}/a.whl", "{tmp}/b.whl"], 2, ["{tmp}/a.whl: no such wheel"]
+    )
+    cases["verify a file that is not a wheel"] = (
+        ["verify", "{garbage}", "{garbage}"], 2, ["{garbage}: not a wheel"]
+    )
+    cases["matrix missing recipe"] = (
+        ["matrix", "{tmp}/missing.toml"], 2, ["missing.toml: no such recipe file"]
+    )
+    cases["matrix --skip-existing a file"] = (
+        ["matrix", RECIPE, "--skip-existing", "{file}"], 2,
+        ["Invalid value for '--skip-existing'", "is a file"],
+    )
+    cases["ci github missing recipe"] = (
+        ["ci", "github", "{tmp}/missing.toml", "--out", "{tmp}/w.yml"], 2,
+        ["missing.toml: no such recipe file"],
+    )
+    cases["recipe check missing file"] = (
+        ["recipe", "check", "{tmp}/missing.toml"], 2, ["missing.toml: no such recipe file"]
+    )
+    cases["recipe check garbage"] = (
+        ["recipe", "check", "{garbage}"], 2, ["{garbage}: not UTF-8 text"]
+    )
+    cases["recipe schema extra argument"] = (
+        ["recipe", "schema", "{file}"], 2, ["unexpected extra argument"]
+    )
+    return cases
+
+
+CASES = _cases()
+COMMANDS = ("build", "shard", "link", "shard-plan", "verify", "matrix", "ci github", "bench run",
+            "bench report", "recipe check", "recipe schema")
+
+
+def test_the_table_covers_every_subcommand() -> None:
+    for command in COMMANDS:
+        names = [name for name in CASES if name.startswith(command + " ")]
+        assert names, f"no case for kiln {command}"
+
+
+@pytest.fixture
+def place(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "afile").write_text("a regular file\n")
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "garbage").write_bytes(bytes(range(256)))
+    return {"tmp": str(tmp_path), "file": str(tmp_path / "afile"),
+            "dir": str(tmp_path / "adir"), "garbage": str(tmp_path / "garbage")}
+
+
+def run_main(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    argv: list[str], env: dict[str, str] | None = None,
+) -> tuple[int, str, str]:
+    """``kiln ARGV`` in this process: (exit code, stdout, stderr)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KILN_STATE_HOME", str(tmp_path / "state"))
+    for name, value in (env or {}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(sys, "argv", ["kiln", *argv])
+    code: object = 0
+    try:
+        cli.main()
+    except SystemExit as exited:
+        code = exited.code
+    captured = capsys.readouterr()
+    return code if isinstance(code, int) else 1, captured.out, captured.err
+
+
+def no_work_started(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    for made in ("work", "sources", "envs", "wheels"):
+        assert not (home / made).exists(), f"work started: {home / made} exists"
+    assert not list(tmp_path.glob("state/**/results.jsonl")), "a bench record was written"
+    assert not list(tmp_path.rglob(".kiln-write-probe-*")), "a probe file was left behind"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bad_command_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    place: dict[str, str], case: str,
+) -> None:
+    argv, code, texts = CASES[case]
+    env = dict(a.format(**place).split("=", 1) for a in argv if a.startswith("KILN_HOME="))
+    argv = [a.format(**place) for a in argv if not a.startswith("KILN_HOME=")]
+    started = time.monotonic()
+    exit_code, _, err = run_main(monkeypatch, capsys, tmp_path, argv, env)
+    assert time.monotonic() - started < 20, "a refusal must come before any work"
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert exit_code == code, err
+    shown = " ".join(err.split())
+    for text in texts:
+        assert text.format(**place) in shown, err
+    no_work_started(tmp_path)
+    assert (tmp_path / "afile").read_text() == "a regular file\n"
+
+
+def test_builder_busy_is_exit_6_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from wheelkiln.bench.lock import HELD_ENV, BuilderLock
+
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KILN_STATE_HOME", str(tmp_path / "state"))
+    holder = BuilderLock(command="another build")
+    assert holder.try_acquire()
+    monkeypatch.delenv(HELD_ENV)  # held by "someone else", not inherited by kiln below
+    try:
+        code, _, err = run_main(monkeypatch, capsys, tmp_path,
+                                ["build", RECIPE, "--lock-timeout", "0"])
+    finally:
+        holder.release()
+    assert code == 6, err
+    assert "Another build holds the builder lock" in " ".join(err.split())
+    assert "another build" in err
+    no_work_started(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("errno_", "reason", "code", "next_step"),
+    [(13, "Permission denied", 2, "Check that the path exists and is writable"),
+     (28, "No space left on device", 1, "free space or choose another location")],
+)
+def test_an_os_error_that_escapes_a_command_is_named(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    errno_: int, reason: str, code: int, next_step: str,
+) -> None:
+    """No check catches everything (a disk filling up, a directory removed under us): the
+    boundary names the path instead of printing a traceback."""
+    from wheelkiln.matrix import render
+
+    def fail(*args: object) -> None:
+        raise OSError(errno_, reason, "/srv/ci/kiln.yml")
+
+    monkeypatch.setattr(render, "write_workflow", fail)
+    exit_code, _, err = run_main(monkeypatch, capsys, tmp_path,
+                                 ["ci", "github", RECIPE, "--out", str(tmp_path / "w.yml")])
+    assert exit_code == code, err
+    assert "Traceback" not in err
+    assert err.splitlines()[0] == f"error: /srv/ci/kiln.yml: {reason}."
+    assert next_step in " ".join(err.split())
+
+
+# --- through a real process and a pipe, as CI runs it --------------------------------
+
+
+def kiln(tmp_path: Path, *args: str, columns: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {"KILN_HOME": str(tmp_path / "home"), "KILN_STATE_HOME": str(tmp_path / "state"),
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "fresh-home")}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    return subprocess.run([sys.executable, "-m", "wheelkiln", *args], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, check=False)
+
+
+def test_shard_and_link_refuse_a_bad_out_before_building(tmp_path: Path) -> None:
+    """The issue: both crashed only after the whole build. Now: refused at once."""
+    blocker = tmp_path / "dist"
+    blocker.write_text("not a directory\n")
+    (tmp_path / "shards").mkdir()
+    for argv in (["shard", RECIPE, "--index", "0", "--count", "2", "--out", str(blocker)],
+                 ["link", RECIPE, "--shards", str(tmp_path / "shards"), "--out",
+                  str(blocker / "wheels")]):
+        started = time.monotonic()
+        result = kiln(tmp_path, *argv)
+        assert time.monotonic() - started < 30
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        assert f"--out {argv[-1]}: {blocker} is a file" in " ".join(result.stderr.split())
+        assert not (tmp_path / "home").exists(), "a work tree was created"
+    assert blocker.read_text() == "not a directory\n"
+
+
+@pytest.mark.parametrize("columns", [None, "20"])
+def test_errors_on_a_pipe_are_never_wrapped(tmp_path: Path, columns: str | None) -> None:
+    """A long path in an error to a pipe: one line, whatever COLUMNS says and however
+    long the temporary path is."""
+    deep = tmp_path.joinpath(*["a-rather-long-directory-name"] * 6)
+    deep.mkdir(parents=True)
+    blocker = deep / "file"
+    blocker.write_text("x")
+    out = blocker / "dist"
+    result = kiln(tmp_path, "build", RECIPE, "--out", str(out), columns=columns)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[0] == f"error: --out {out}: {blocker} is a file, so no directory can be made under it."
+    assert lines[1] == "Give a directory path (it is created if missing), or move the file away."
+
+
+@pytest.mark.parametrize("columns", [None, "20"])
+def test_warnings_on_a_pipe_are_never_wrapped(tmp_path: Path, columns: str | None) -> None:
+    deep = tmp_path.joinpath(*["another-long-directory-name"] * 6)
+    deep.mkdir(parents=True)
+    store = deep / "results.jsonl"
+    record = {"target": "demo", "cell": "demo-c", "builder": "b", "arch": "x86_64", "jobs": 1,
+              "shards": 1, "scenario": "cold", "status": "ok", "step_wall_seconds": 1.0,
+              "run_id": "r", "repeat": 0, "kind": "bench", "bench_schema": 1}
+    store.write_text(json.dumps(record) + "\n" + '{"target": "demo", "scen')
+    result = kiln(tmp_path, "bench", "report", "--store", str(store), columns=columns)
+    assert result.returncode == 0, result.stderr
+    warning = f"warning: {store}: line 2 is a torn last line (no newline at the end of the file;"
+    assert any(line.startswith(warning) and line.endswith("skipped")
+               for line in result.stderr.splitlines()), result.stderr
+
+
+def test_paths_are_shown_as_written_not_as_markup(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    """Output paths are data: brackets in them are neither styling nor a crash."""
+    out = tmp_path / "[bold]docs[/x]" / "bench.md"
+    code, _, err = run_main(monkeypatch, capsys, tmp_path, ["bench", "report", "--out", str(out)])
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert err.splitlines() == [f"Wrote {out}"]
+    assert out.read_text(encoding="utf-8").startswith("## Bench results")
