@@ -475,6 +475,43 @@ def shard(
         )
 
 
+def _size_option(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """A byte size: ``64MiB``, ``3GB``, ``20GiB`` or a plain number of bytes."""
+    from wheelkiln.cache.archive import parse_size
+
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def archive_limit_options(command: F) -> F:
+    """The caps on what one shard archive may unpack to (see cache/archive.py)."""
+    from wheelkiln.cache.archive import (
+        DEFAULT_MAX_MEMBERS,
+        DEFAULT_MAX_UNPACKED_SIZE,
+        MAX_MEMBERS_ENV,
+        MAX_UNPACKED_SIZE_ENV,
+        format_size,
+    )
+
+    command = click.option(
+        "--max-members",
+        type=click.IntRange(1),
+        help=f"Most members one shard archive may hold (default: ${MAX_MEMBERS_ENV}, "
+        f"else {DEFAULT_MAX_MEMBERS:,}).",
+    )(command)
+    return click.option(
+        "--max-unpacked-size",
+        metavar="SIZE",
+        callback=_size_option,
+        help=f"Most bytes one shard archive may unpack to, e.g. 64MiB, 3GB (default: "
+        f"${MAX_UNPACKED_SIZE_ENV}, else {format_size(DEFAULT_MAX_UNPACKED_SIZE)}).",
+    )(command)
+
+
 @cli.command(context_settings=CONTEXT)
 @click.argument("recipe_ref", metavar="RECIPE")
 @click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
@@ -500,6 +537,7 @@ def shard(
     help="Where the wheel and the link record go.",
 )
 @job_options
+@archive_limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print the link record as JSON on stdout.")
 def link(
     recipe_ref: str,
@@ -511,6 +549,8 @@ def link(
     workdir: Path | None,
     jobs: int | None,
     namespace: str | None,
+    max_unpacked_size: int | None,
+    max_members: int | None,
     as_json: bool,
 ) -> None:
     """Restore every shard's cache, run the full build, and gate on zero misses.
@@ -518,18 +558,22 @@ def link(
     The gate is a count: misses == 0 and total > 0. Missing or mismatched shards are
     named; the build still runs and its wheel is kept.
     """
+    from wheelkiln.cache.archive import ArchiveLimits
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.output_paths import check_input_dir
     from wheelkiln.recipe.load import find_recipe
     from wheelkiln.shard.link import run_link
 
+    limits = ArchiveLimits.resolve(max_unpacked_size, max_members)
     check_input_dir(shards_dir, "--shards")
     check_job_locations(out_dir, workdir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
     options = _common_options(cache_name, loaded, workdir, jobs, namespace)
     with builder_lock(None):
-        result = run_link(loaded, chosen, shards_dir, out_dir, options, expected_count=count)
+        result = run_link(
+            loaded, chosen, shards_dir, out_dir, options, expected_count=count, limits=limits
+        )
     if as_json:
         emit_json(result.record)
     gate = result.gate
@@ -564,19 +608,29 @@ def link(
     required=True,
     help="The partition map to write (JSON); point sharding.partition_map at it.",
 )
+@archive_limit_options
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
-def shard_plan(sources: tuple[Path, ...], count: int, out_path: Path, as_json: bool) -> None:
+def shard_plan(
+    sources: tuple[Path, ...],
+    count: int,
+    out_path: Path,
+    max_unpacked_size: int | None,
+    max_members: int | None,
+    as_json: bool,
+) -> None:
     """Balance TUs across COUNT shards by the compile times of an earlier sharded build.
 
     SOURCES are shard archives, shard job directories or wrapper.jsonl logs. Longest TU
     first onto the least-loaded shard; TUs never timed keep their hash shard.
     """
+    from wheelkiln.cache.archive import ArchiveLimits
     from wheelkiln.output_paths import check_output_file
     from wheelkiln.shard.balance import BalancePlan, balance, read_costs
     from wheelkiln.shard.partition import shard_label
 
+    limits = ArchiveLimits.resolve(max_unpacked_size, max_members)
     check_output_file(out_path, "--out")
-    plan = balance(read_costs(list(sources)), count)
+    plan = balance(read_costs(list(sources), limits), count)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(plan.mapping, indent=2, sort_keys=True) + "\n")
     if as_json:

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import RECIPES, Kiln
-from wheelkiln.shard.gate import read_wrapper_log
+from wheelkiln.shard.wrapper_log import read_wrapper_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.compile]
 

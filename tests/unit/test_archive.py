@@ -1,70 +1,263 @@
-"""Shard archives: round trip, and tampered archives rejected before anything is written."""
+"""Shard archives: round trip, limits, and tampered archives refused before anything is
+written. (tests/integration/test_hostile_archives.py does the same to a real archive.)"""
 
 from __future__ import annotations
 
 import io
+import json
+import re
 import tarfile
 from pathlib import Path
 
 import pytest
 
-from wheelkiln.cache.archive import pack, read_manifest, unpack
-from wheelkiln.errors import GateError
+from tests.archives import (
+    change_manifest,
+    file_member,
+    read_members,
+    special_member,
+    valid_manifest,
+    write_members,
+)
+from wheelkiln.cache.archive import (
+    DEFAULT_MAX_MEMBERS,
+    DEFAULT_MAX_UNPACKED_SIZE,
+    ArchiveLimits,
+    copy_capped,
+    extract,
+    format_size,
+    inspect_archive,
+    pack,
+    parse_size,
+    read_manifest,
+    unpack,
+)
+from wheelkiln.errors import BuildError, GateError, UsageError
 
 
-def test_round_trip_merges_cache_and_extras(tmp_path: Path) -> None:
+@pytest.fixture
+def packed(tmp_path: Path) -> Path:
     cache = tmp_path / "cache"
     (cache / "a" / "b").mkdir(parents=True)
     (cache / "a" / "b" / "entry").write_bytes(b"object")
     log = tmp_path / "wrapper.jsonl"
     log.write_text('{"action": "compile"}\n')
-    archive = pack(
+    return pack(
         cache,
-        {"cell": "c", "index": 0},
-        tmp_path / "out" / "c-shard-0-of-2.tar.gz",
+        valid_manifest(),
+        tmp_path / "out" / "c-shard-0-of-1.tar.gz",
         extras={"wrapper.jsonl": log},
     )
-    assert read_manifest(archive) == {"cell": "c", "index": 0}
+
+
+def test_round_trip_merges_cache_and_extras(tmp_path: Path, packed: Path) -> None:
+    assert read_manifest(packed).model_dump(by_alias=True) == valid_manifest()
     merged = tmp_path / "merged"
-    unpack(archive, merged, tmp_path / "extras")
+    (merged / "a").mkdir(parents=True)
+    (merged / "a" / "other").write_bytes(b"from another shard")
+    contents = unpack(packed, merged, tmp_path / "extras")
     assert (merged / "a" / "b" / "entry").read_bytes() == b"object"
-    assert (tmp_path / "extras" / "wrapper.jsonl").read_text() == log.read_text()
+    assert (merged / "a" / "other").read_bytes() == b"from another shard"
+    assert (tmp_path / "extras" / "wrapper.jsonl").read_text() == '{"action": "compile"}\n'
+    assert (contents.members, contents.manifest.cell) == (3, "c")
+    assert not list(tmp_path.glob(".kiln-unpack-*")), "the staging directory is removed"
 
 
-def _tampered(path: Path, member: tarfile.TarInfo, data: bytes = b"x") -> Path:
-    with tarfile.open(path, "w:gz") as tar:
-        good = tarfile.TarInfo("cache/ok")
-        good.size = 2
-        tar.addfile(good, io.BytesIO(b"ok"))
-        if member.isfile():
-            member.size = len(data)
-            tar.addfile(member, io.BytesIO(data))
-        else:
-            tar.addfile(member)
-    return path
+def test_pack_refuses_a_manifest_the_reader_would_refuse(tmp_path: Path) -> None:
+    from wheelkiln.cache.manifest import ManifestError
+
+    with pytest.raises(ManifestError, match="index: Input should be a valid integer"):
+        pack(tmp_path, {**valid_manifest(), "index": "0"}, tmp_path / "x.tar.gz")
+    assert not (tmp_path / "x.tar.gz").exists()
+
+
+def _with(tmp_path: Path, packed: Path, *extra: tuple[tarfile.TarInfo, bytes]) -> Path:
+    return write_members(tmp_path / "evil.tar.gz", [*read_members(packed), *extra])
 
 
 @pytest.mark.parametrize(
-    ("name", "kind", "reason"),
+    ("member", "reason"),
     [
-        ("cache/../../x", tarfile.REGTYPE, "a '..' component"),
-        ("/tmp/abs-x", tarfile.REGTYPE, "an absolute path"),
-        ("cache/link", tarfile.SYMTYPE, "a link"),
-        ("cache/hard", tarfile.LNKTYPE, "a link"),
-        ("cache/dev", tarfile.CHRTYPE, "a device or special file"),
+        (file_member("cache/../../x", b"x"), "is a path with a '..' component"),
+        (file_member("/tmp/abs-x", b"x"), "is an absolute path"),
+        (file_member("cache//tmp/abs-x", b"x"), "is a path with an empty component"),
+        (file_member("extra//tmp/abs-x", b"x"), "is a path with an empty component"),
+        (file_member("cache/./x", b"x"), "is a path with a '.' component"),
+        (file_member("elsewhere/x", b"x"), "is outside manifest.json, cache/ and extra/"),
+        (file_member("cache", b"x"), "is outside manifest.json, cache/ and extra/"),
+        (file_member("cache/a/b/entry", b"again"), "is a second member of the same name"),
+        (special_member("cache/link", tarfile.SYMTYPE, "/etc/passwd"), "is a symbolic link"),
+        (special_member("cache/rel", tarfile.SYMTYPE, "a"), "is a symbolic link (to 'a')"),
+        (special_member("cache/hard", tarfile.LNKTYPE, "/etc/passwd"), "is a hard link"),
+        (special_member("cache/dev", tarfile.CHRTYPE), "is a device"),
+        (special_member("cache/blk", tarfile.BLKTYPE), "is a device"),
+        (special_member("cache/fifo", tarfile.FIFOTYPE), "is a fifo"),
     ],
+    ids=lambda value: value[0].name if isinstance(value, tuple) else None,
 )
 def test_tampered_archive_is_rejected_and_writes_nothing(
-    tmp_path: Path, name: str, kind: bytes, reason: str
+    tmp_path: Path, packed: Path, member: tuple[tarfile.TarInfo, bytes], reason: str
 ) -> None:
-    member = tarfile.TarInfo(name)
-    member.type = kind
-    if kind in (tarfile.SYMTYPE, tarfile.LNKTYPE):
-        member.linkname = "/etc/passwd"
-    archive = _tampered(tmp_path / "evil.tar.gz", member)
+    archive = _with(tmp_path, packed, member)
     target = tmp_path / "deep" / "merged"
     with pytest.raises(GateError) as caught:
-        unpack(archive, target)
-    assert f"member {name!r} is {reason}" in caught.value.message
-    assert not target.exists()
+        unpack(archive, target, tmp_path / "extras")
+    assert caught.value.message.startswith(f"{archive}, member {member[0].name!r} {reason}")
+    assert "nothing was extracted" in caught.value.message
+    assert not target.exists() and not (tmp_path / "extras").exists()
     assert not (tmp_path / "x").exists() and not Path("/tmp/abs-x").exists()
+    # the second pass checks every member again, on its own
+    with pytest.raises(GateError, match="rejected"):
+        extract(archive, target, tmp_path / "extras")
+    assert not any(target.rglob("*")), "nothing of the good members was merged either"
+
+
+def test_the_size_cap_is_enforced_from_the_headers_before_writing(
+    tmp_path: Path, packed: Path
+) -> None:
+    archive = _with(tmp_path, packed, file_member("cache/zero", bytes(3 * 1024**2)))
+    limits = ArchiveLimits(max_unpacked_size=2 * 1024**2)
+    target = tmp_path / "merged"
+    with pytest.raises(GateError) as caught:
+        unpack(archive, target, limits=limits)
+    assert caught.value.message == (
+        f"{archive}, member 'cache/zero': its header says 3 MiB, which takes the archive past "
+        "the limit of 2 MiB unpacked per archive; nothing was extracted from it."
+    )
+    assert caught.value.hint is not None
+    assert "--max-unpacked-size 4MiB (or KILN_MAX_UNPACKED_SIZE=4MiB)" in caught.value.hint
+    assert not target.exists()
+    # extract alone (no first pass) stops at the same header, before the member's bytes
+    with pytest.raises(GateError, match="takes the archive past the limit of 2 MiB"):
+        extract(archive, target, limits=limits)
+    assert not any(target.rglob("*")) and not list(tmp_path.glob(".kiln-unpack-*"))
+    assert unpack(archive, tmp_path / "roomy", limits=ArchiveLimits(4 * 1024**2)).unpacked_size > 3 * 1024**2
+
+
+def test_the_member_cap(tmp_path: Path, packed: Path) -> None:
+    many = [file_member(f"cache/m/{i}", b"") for i in range(20)]
+    archive = _with(tmp_path, packed, *many)
+    with pytest.raises(GateError) as caught:
+        inspect_archive(archive, ArchiveLimits(max_members=10))
+    assert caught.value.message.startswith(f"{archive}, member 'cache/m/7': the archive has "
+                                           "more than 10 members")
+    assert "--max-members 20 (or KILN_MAX_MEMBERS=20)" in str(caught.value.hint)
+    assert inspect_archive(archive, ArchiveLimits(max_members=23)).members == 23
+
+
+def test_streaming_refuses_a_member_longer_than_its_header_and_leaves_no_partial_file(
+    tmp_path: Path,
+) -> None:
+    target = tmp_path / "out"
+    with pytest.raises(GateError, match="yields more bytes than its header's 1 KiB"):
+        copy_capped(io.BytesIO(bytes(4096)), target, 1024, 10**9, "A, member 'm'")
+    assert not target.exists()
+    with pytest.raises(GateError, match="passes the limit on unpacked size"):
+        copy_capped(io.BytesIO(bytes(4096)), target, 4096, 1000, "A, member 'm'")
+    assert not target.exists()
+    assert copy_capped(io.BytesIO(b"abc"), target, 3, 3, "A, member 'm'") == 3
+    with pytest.raises(FileExistsError):  # never through an existing file or link
+        copy_capped(io.BytesIO(b"abc"), target, 3, 3, "A, member 'm'")
+
+
+def test_a_header_that_understates_its_size_is_refused(tmp_path: Path, packed: Path) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for info, data in read_members(packed):
+            tar.addfile(info, io.BytesIO(data))
+        liar = tarfile.TarInfo("cache/liar")
+        liar.size = 10
+        buffer.write(liar.tobuf())
+        buffer.write(b"\x01" * 2 * 1024**2)  # hidden bytes tarfile alone would drop
+    archive = tmp_path / "liar.tar.gz"
+    import gzip
+
+    archive.write_bytes(gzip.compress(buffer.getvalue()))
+    with pytest.raises(GateError) as caught:
+        unpack(archive, tmp_path / "merged")
+    assert caught.value.message.startswith(
+        f"{archive}, member 'cache/liar': after this member the archive holds data that is "
+        "not a tar header"
+    )
+    assert not (tmp_path / "merged").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda m: [m], "the top level: Input should be a valid dictionary"),
+        (lambda m: m.update(toolchain="gcc"), "toolchain: Input should be a valid dictionary"),
+        (lambda m: m.update(count="3"), "count: Input should be a valid integer"),
+        (lambda m: m.update(count=0), "count: Input should be greater than or equal to 1"),
+        (lambda m: m.update(extra=1), "extra: Extra inputs are not permitted"),
+        (lambda m: m.pop("cell") and None, "cell: Field required"),
+    ],
+)
+def test_manifest_must_match_the_model(
+    tmp_path: Path, packed: Path, change: object, problem: str
+) -> None:
+    archive = write_members(tmp_path / "m.tar.gz", change_manifest(read_members(packed), change))  # type: ignore[arg-type]
+    with pytest.raises(GateError) as caught:
+        read_manifest(archive)
+    assert caught.value.message.startswith(
+        f"{archive}, member 'manifest.json' is not a shard manifest: {problem}"
+    )
+
+
+def test_unreadable_archives_are_named(tmp_path: Path, packed: Path) -> None:
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(packed.read_bytes()[:-40])
+    with pytest.raises(GateError, match=r"truncated.tar.gz, (member '.*'|at its first member): "
+                       r"not a readable gzip'd tar \(truncated: "):
+        inspect_archive(truncated)
+    plain = tmp_path / "plain.tar.gz"
+    plain.write_bytes(b"PK\x03\x04 a zip, not a tar")
+    with pytest.raises(GateError, match=r"plain.tar.gz, at its first member: .*\(Not a gzipped file"):
+        inspect_archive(plain)
+    with pytest.raises(GateError, match="cannot open it"):
+        inspect_archive(tmp_path / "missing.tar.gz")
+    json_bytes = json.dumps(valid_manifest()).encode()
+    for blob, problem in [(b'{"cell": "\xff"}', "not UTF-8 (byte 0xff at offset 10)"),
+                          (json_bytes[:-1], "not JSON (Expecting ',' delimiter"),
+                          (b"[" * 100_000, "JSON nested too deeply")]:
+        bad = write_members(tmp_path / "bad.tar.gz", [file_member("manifest.json", blob)])
+        with pytest.raises(GateError, match=re.escape(problem)):
+            read_manifest(bad)
+    bare = write_members(tmp_path / "bare.tar.gz", [file_member("cache/x", b"x")])
+    with pytest.raises(GateError, match=r"bare.tar.gz, member 'manifest.json' is missing"):
+        read_manifest(bare)
+
+
+def test_a_write_error_is_ours_not_the_archive(tmp_path: Path, packed: Path) -> None:
+    target = tmp_path / "merged"
+    target.mkdir()
+    (target / "a").write_text("a file where the archive needs a directory")
+    with pytest.raises(BuildError, match="Could not unpack"):
+        unpack(packed, target)
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("64MiB", 64 * 1024**2), ("3GB", 3 * 10**9), ("20GiB", 20 * 1024**3), ("1.5g", 1_500_000_000),
+     ("512", 512), ("10 kib", 10240), ("2TiB", 2 * 1024**4)],
+)
+def test_parse_size(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "3XB", "-1GiB", "0", "1e9", "12 parsecs"])
+def test_parse_size_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="not a"):
+        parse_size(text)
+
+
+def test_limits_come_from_the_command_line_then_the_environment_then_defaults() -> None:
+    env = {"KILN_MAX_UNPACKED_SIZE": "64MiB", "KILN_MAX_MEMBERS": "500"}
+    assert ArchiveLimits.resolve(environ={}) == ArchiveLimits(DEFAULT_MAX_UNPACKED_SIZE, DEFAULT_MAX_MEMBERS)
+    assert ArchiveLimits.resolve(environ=env) == ArchiveLimits(64 * 1024**2, 500)
+    assert ArchiveLimits.resolve(1024, 7, environ=env) == ArchiveLimits(1024, 7)
+    assert format_size(DEFAULT_MAX_UNPACKED_SIZE) == "20 GiB"
+    with pytest.raises(UsageError, match="KILN_MAX_UNPACKED_SIZE: 'lots' is not a size"):
+        ArchiveLimits.resolve(environ={"KILN_MAX_UNPACKED_SIZE": "lots"})
+    with pytest.raises(UsageError, match="KILN_MAX_MEMBERS: '0' is not a positive whole number"):
+        ArchiveLimits.resolve(environ={"KILN_MAX_MEMBERS": "0"})

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.archives import valid_manifest
 from wheelkiln.cache.archive import pack
 from wheelkiln.errors import UsageError
 from wheelkiln.shard.balance import BalancePlan, balance, read_costs, tu_costs
@@ -49,7 +50,7 @@ def test_costs_from_shard_archives_feed_the_wrapper(tmp_path: Path) -> None:
     cache.mkdir()
     pack(
         cache,
-        {"cell": "c"},
+        valid_manifest(),
         tmp_path / "shards" / "c-shard-0-of-1.tar.gz",
         extras={"wrapper.jsonl": log},
     )

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,7 @@ from wheelkiln.shard.gate import (
     find_objects,
     has_unresolved_symbols,
     is_unresolved_only,
-    read_wrapper_log,
     shard_gate,
-    summarize_wrapper_log,
     unresolved_symbols,
 )
 
@@ -321,19 +318,6 @@ def test_find_objects(tmp_path: Path) -> None:
         (str(tmp_path / "build" / "a.o"), 10),
         (str(tmp_path / "build" / "sub" / "b.obj"), 0),
     ]
-
-
-def test_wrapper_log_tolerates_a_torn_last_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    log = tmp_path / "wrapper.jsonl"
-    lines = [json.dumps(record) for record in RECORDS]
-    log.write_text("\n".join(lines) + '\n{"tu": "csrc/z.cu", "action": "comp')
-    assert read_wrapper_log(log) == RECORDS
-    assert "skipped 1" in capsys.readouterr().err
-    assert summarize_wrapper_log(log) == {"compile": 1, "stub": 1, "link": 1}
-    assert read_wrapper_log(tmp_path / "missing.jsonl") == []
-    assert summarize_wrapper_log(tmp_path / "missing.jsonl") == {}
 
 
 # --------------------------------------------------------------------------- linker forms

@@ -10,15 +10,14 @@ TUs that no log has timed keep their hash shard.
 
 from __future__ import annotations
 
-import json
-import tarfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from wheelkiln.cache.archive import EXTRA_PREFIX, ArchiveLimits, member_label, open_member
 from wheelkiln.errors import UsageError
-from wheelkiln.shard.gate import read_wrapper_log
 from wheelkiln.shard.partition import shard_of
+from wheelkiln.shard.wrapper_log import WRAPPER_LOG, parse_wrapper_log, read_wrapper_log
 
 TIMED_ACTIONS = ("compile",)
 
@@ -37,12 +36,17 @@ def tu_costs(records: Iterable[Mapping[str, object]]) -> dict[str, float]:
     return costs
 
 
-def read_costs(sources: Iterable[Path]) -> dict[str, float]:
-    """TU costs from wrapper logs, shard job directories, or shard archives."""
-    records: list[dict[str, object]] = []
+def read_costs(sources: Iterable[Path], limits: ArchiveLimits | None = None) -> dict[str, float]:
+    """TU costs from wrapper logs, shard job directories, or shard archives.
+
+    An archive is checked whole (members, sizes, manifest) before its log is read, and
+    a log that is not one names the archive, the member and the line."""
+    sources = list(sources)
+    limits = limits or ArchiveLimits.resolve()
+    records: list[Mapping[str, object]] = []
     for source in sources:
         if source.is_dir():
-            for log in sorted(source.rglob("wrapper.jsonl")):
+            for log in sorted(source.rglob(WRAPPER_LOG)):
                 records.extend(read_wrapper_log(log))
             archives = sorted(source.rglob("*-shard-*-of-*.tar.gz"))
         elif source.name.endswith(".tar.gz"):
@@ -51,14 +55,10 @@ def read_costs(sources: Iterable[Path]) -> dict[str, float]:
             records.extend(read_wrapper_log(source))
             archives = []
         for archive in archives:
-            with tarfile.open(archive, "r:gz") as tar:
-                try:
-                    handle = tar.extractfile("extra/wrapper.jsonl")
-                except KeyError:
-                    continue
+            member = f"{EXTRA_PREFIX}/{WRAPPER_LOG}"
+            with open_member(archive, member, limits) as handle:
                 if handle is not None:
-                    lines = handle.read().decode(errors="replace").splitlines()
-                    records.extend(json.loads(line) for line in lines if line.strip().endswith("}"))
+                    records.extend(parse_wrapper_log(handle, member_label(archive, member)))
     costs = tu_costs(records)
     if not costs:
         raise UsageError(

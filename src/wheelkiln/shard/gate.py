@@ -5,19 +5,17 @@ expected to fail: the dispatcher TU survives in every shard and calls kernels th
 shard never built. The gate tells that expected failure apart from a real one, from the
 build's exit code and log, the objects on disk and the seat wrapper's records.
 
-Pure functions on data (plus two small readers at the end); stdlib only.
+Pure functions on data (plus one small reader at the end); stdlib only. The wrapper
+log's reader is :mod:`wheelkiln.shard.wrapper_log`.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from wheelkiln.cache.launch import parse_compiler_args
 from wheelkiln.shard.wrapper import PROBE_MARKERS
@@ -432,39 +430,3 @@ def find_objects(build_dirs: Iterable[str | os.PathLike[str]]) -> list[tuple[str
                     except OSError:
                         continue  # a dangling link or a file removed meanwhile
     return sorted(found.items())
-
-
-def read_wrapper_log(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a wrapper log, in order. A missing log has none.
-
-    A line that is not a JSON object (a torn last line, written by a process killed
-    mid-write) is skipped with a warning on stderr, never fatal.
-    """
-    try:
-        text = Path(path).read_bytes().decode("utf-8", "replace")
-    except FileNotFoundError:
-        return []
-    records: list[dict[str, Any]] = []  # JSON records: values are whatever JSON holds
-    skipped = 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            skipped += 1
-    if skipped:
-        print(
-            f"warning: skipped {skipped} unreadable line(s) in the wrapper log {os.fspath(path)}",
-            file=sys.stderr,
-        )
-    return records
-
-
-def summarize_wrapper_log(path: str | os.PathLike[str]) -> dict[str, int]:
-    """Records per action in a wrapper log (``{"compile": 12, "stub": 30, ...}``)."""
-    return _action_counts(read_wrapper_log(path))

@@ -25,9 +25,10 @@ from wheelkiln.errors import UsageError
 from wheelkiln.matrix.cells import Cell
 from wheelkiln.paths import default_workdir
 from wheelkiln.recipe.load import LoadedRecipe
-from wheelkiln.shard.gate import ShardGateResult, find_objects, read_wrapper_log, shard_gate
+from wheelkiln.shard.gate import ShardGateResult, find_objects, shard_gate
 from wheelkiln.shard.partition import load_partition_map, shard_label
 from wheelkiln.shard.source_filter import apply_source_partition
+from wheelkiln.shard.wrapper_log import read_wrapper_log
 
 MANIFEST_SCHEMA = 1
 

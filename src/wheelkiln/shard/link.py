@@ -20,14 +20,22 @@ from typing import Any
 
 from wheelkiln.build.cell import BuildOptions, BuildOutcome, build_cell, job_directory
 from wheelkiln.build.record import build_record, publish
-from wheelkiln.cache.archive import read_manifest, unpack
+from wheelkiln.cache.archive import (
+    EXTRA_PREFIX,
+    MANIFEST,
+    ArchiveContents,
+    ArchiveLimits,
+    extract,
+    inspect_archive,
+    member_label,
+)
 from wheelkiln.errors import UsageError
 from wheelkiln.matrix.cells import Cell
 from wheelkiln.paths import default_workdir
 from wheelkiln.recipe.load import LoadedRecipe
-from wheelkiln.shard.gate import read_wrapper_log
 from wheelkiln.shard.job import toolchain_fingerprint, versions_for
 from wheelkiln.shard.partition import shard_label, tu_key
+from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, parse_wrapper_log
 
 ARCHIVE = re.compile(r"^(?P<cell>.+)-shard-(?P<index>\d+)-of-(?P<count>\d+)\.tar\.gz$")
 CCACHE_LOG_LINE = re.compile(
@@ -53,13 +61,48 @@ class LinkResult:
     record_path: Path
 
 
-def _shard_archives(shards_dir: Path, cell: Cell) -> dict[int, tuple[int, Path]]:
-    found: dict[int, tuple[int, Path]] = {}
+def _shard_archives(
+    shards_dir: Path, cell: Cell, expected_count: int | None
+) -> tuple[int | None, dict[int, Path]]:
+    """This cell's archives by shard index, and N from their names. Archives of another
+    N than ``--count``, of different Ns, or naming a shard beyond N are refused, named:
+    merging a subset of another build's shards would pass or fail for the wrong reason."""
+    found: list[tuple[int, int, Path]] = []
     for path in sorted(shards_dir.rglob("*.tar.gz")):
         match = ARCHIVE.match(path.name)
         if match and match["cell"] == cell.id:
-            found[int(match["index"])] = (int(match["count"]), path)
-    return found
+            found.append((int(match["index"]), int(match["count"]), path))
+    counts = sorted({count for _, count, _ in found})
+    names = "; ".join(f"{path} ({index + 1}/{count})" for index, count, path in found)
+    if expected_count is not None and counts and counts != [expected_count]:
+        raise UsageError(
+            f"--count {expected_count} does not match the shard archives of {cell.id} in "
+            f"{shards_dir}, which are of N = {', '.join(map(str, counts))}: {names}.",
+            hint="Pass the --count the shards were built with, or remove the archives of "
+            "the other build.",
+        )
+    if len(counts) > 1:
+        raise UsageError(
+            f"The shard archives of {cell.id} in {shards_dir} disagree on N "
+            f"({', '.join(map(str, counts))}): {names}.",
+            hint="Keep only the archives of one sharded build in --shards.",
+        )
+    beyond = [path for index, count, path in found if index >= count]
+    if beyond:
+        raise UsageError(
+            f"{', '.join(map(str, beyond))}: names a shard index beyond its N.",
+            hint="Shard archives are named CELL-shard-I-of-N.tar.gz with 0 <= I < N.",
+        )
+    return (counts[0] if counts else None), {index: path for index, _, path in found}
+
+
+def _shard_log(archive: Path, extras_dir: Path) -> list[WrapperRecord]:
+    """The wrapper log an archive carried, checked line by line, named as its member."""
+    path = extras_dir / WRAPPER_LOG
+    if not path.is_file():
+        return []
+    with path.open("rb") as handle:
+        return parse_wrapper_log(handle, member_label(archive, f"{EXTRA_PREFIX}/{WRAPPER_LOG}"))
 
 
 def _ccache_commands(log_path: Path) -> dict[str, tuple[list[str], str]]:
@@ -106,6 +149,7 @@ def run_link(
     options: BuildOptions,
     *,
     expected_count: int | None = None,
+    limits: ArchiveLimits | None = None,
 ) -> LinkResult:
     workdir = (options.workdir or default_workdir()).resolve()
     job_dir = job_directory(workdir, cell, "link")
@@ -116,16 +160,19 @@ def run_link(
         raise UsageError(
             f"--shards {shards_dir} is not a directory.", hint="Point it at the shard archives."
         )
-    archives = _shard_archives(shards_dir, cell)
-    counts = {count for count, _ in archives.values()}
-    count = expected_count or (max(counts) if counts else loaded.recipe.sharding.count)
+    limits = limits or ArchiveLimits.resolve()
+    found_count, archives = _shard_archives(shards_dir, cell, expected_count)
+    count = expected_count or found_count or loaded.recipe.sharding.count
+    # Every archive is checked whole before any is extracted.
+    checked: dict[int, ArchiveContents] = {
+        index: inspect_archive(path, limits) for index, path in sorted(archives.items())
+    }
     problems: list[str] = []
-    if len(counts) > 1:
-        problems.append(f"shard archives disagree on N: {sorted(counts)}")
     own = toolchain_fingerprint(loaded, cell, versions_for(loaded, options, workdir, job_dir))
     extras = job_dir.with_name(job_dir.name + ".shards")
     shutil.rmtree(extras, ignore_errors=True)
     merged: list[int] = []
+    shard_logs: dict[int, list[WrapperRecord]] = {}
     for index in range(count):
         label = shard_label(index, count)
         if index not in archives:
@@ -133,21 +180,32 @@ def run_link(
                 f"{label} is missing: no {cell.id}-shard-{index}-of-{count}.tar.gz in {shards_dir}"
             )
             continue
-        manifest = read_manifest(archives[index][1])
-        if manifest.get("cell") != cell.id:
+        archive = archives[index]
+        manifest = checked[index].manifest
+        where = member_label(archive, MANIFEST)
+        if manifest.cell != cell.id:
             problems.append(
-                f"{label} belongs to cell {manifest.get('cell')!r}, not {cell.id!r}; not merged"
+                f"{label} belongs to cell {manifest.cell!r}, not {cell.id!r} ({where}); not merged"
             )
             continue
-        theirs = manifest.get("toolchain", {})
+        if (manifest.index, manifest.count) != (index, count):
+            problems.append(
+                f"{label} is shard {manifest.label} by its manifest ({where}), not by its "
+                "name; not merged"
+            )
+            continue
+        theirs = manifest.toolchain.model_dump()
         differing = sorted(k for k in own if theirs.get(k) != own[k])
         if differing:
             details = "; ".join(
                 f"{k}: shard has {theirs.get(k)!r}, link job has {own[k]!r}" for k in differing
             )
-            problems.append(f"{label} was built with a different toolchain ({details}); not merged")
+            problems.append(
+                f"{label} was built with a different toolchain ({details}) ({where}); not merged"
+            )
             continue
-        unpack(archives[index][1], cache_dir, extras / str(index))
+        extract(archive, cache_dir, extras / str(index), limits)
+        shard_logs[index] = _shard_log(archive, extras / str(index))
         merged.append(index)
     ccache_log = job_dir.with_name(job_dir.name + ".ccache.log")
     ccache_log.unlink(missing_ok=True)
@@ -172,7 +230,7 @@ def run_link(
         problems.append(f"{misses} cache miss(es): the shards did not hand over every TU")
     if total == 0:
         problems.append("total 0: the cache was never consulted, so no handoff happened")
-    missed = _explain_misses(outcome, extras, merged, ccache_log)
+    missed = _explain_misses(outcome, shard_logs, ccache_log)
     gate = LinkGateResult(not problems, hits, misses, total, problems, missed)
     record = build_record(
         outcome,
@@ -190,20 +248,18 @@ def run_link(
 
 
 def _explain_misses(
-    outcome: BuildOutcome, extras: Path, merged: list[int], ccache_log: Path
+    outcome: BuildOutcome, shard_logs: dict[int, list[WrapperRecord]], ccache_log: Path
 ) -> list[dict[str, Any]]:
     missed_sources = sorted({o.source for o in outcome.tu_outcomes if not o.hit})
     if not missed_sources:
         return []
     commands = _ccache_commands(ccache_log)
     shard_compiles: dict[str, tuple[int, list[str]]] = {}
-    for index in merged:
-        for record in read_wrapper_log(extras / str(index) / "wrapper.jsonl"):
-            if record.get("action") == "compile" and record.get("tu"):
-                shard_compiles[str(record["tu"])] = (
-                    index,
-                    [str(a) for a in record.get("argv", [])],
-                )
+    for index, records in sorted(shard_logs.items()):
+        for record in records:
+            tu = record.get("tu")
+            if record["action"] == "compile" and tu:
+                shard_compiles[tu] = (index, record.get("argv", []))
     explained: list[dict[str, Any]] = []
     for source in missed_sources:
         entry: dict[str, Any] = {"tu": source}
