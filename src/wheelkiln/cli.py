@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator
@@ -23,6 +25,27 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_namespace(value: str | None) -> str | None:
+    """A cache namespace names a directory (sccache) and a key prefix: one plain name,
+    never a path (``/etc`` or ``../..`` would put the cache anywhere)."""
+    if value is not None and not _NAMESPACE.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r} is not a namespace: use 1-100 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit.",
+            param_hint="'--namespace'",
+        )
+    return value
+
+
+def check_finite(value: float | None, option: str) -> float | None:
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("nan is not a number of seconds.", param_hint=f"'{option}'")
+    return value
 
 
 @click.group(context_settings=CONTEXT)
@@ -150,7 +173,11 @@ def _cache_line(record: dict[str, Any]) -> str:
 @click.option(
     "--recache", is_flag=True, help="Compile everything and overwrite cache entries (cold)."
 )
-@click.option("--namespace", help="Cache namespace / key prefix isolating this build's entries.")
+@click.option(
+    "--namespace",
+    callback=lambda ctx, param, value: check_namespace(value),
+    help="Cache namespace / key prefix isolating this build's entries.",
+)
 @click.option(
     "--smoke",
     is_flag=True,
@@ -164,6 +191,7 @@ def _cache_line(record: dict[str, Any]) -> str:
 @click.option(
     "--lock-timeout",
     type=click.FloatRange(0),
+    callback=lambda ctx, param, value: check_finite(value, "--lock-timeout"),
     help="Seconds to wait for another build on this builder (default: wait).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the build record as JSON on stdout.")
@@ -368,7 +396,11 @@ def job_options(command: F) -> F:
                 "--workdir", type=click.Path(path_type=Path), help="Where the job tree is built."
             ),
             click.option("--jobs", "-j", type=click.IntRange(1), help="Parallel compile jobs."),
-            click.option("--namespace", help="Cache namespace."),
+            click.option(
+                "--namespace",
+                callback=lambda ctx, param, value: check_namespace(value),
+                help="Cache namespace.",
+            ),
         ]
     ):
         command = option(command)

@@ -94,9 +94,30 @@ def _check_dir(resolved: Path, path: Path, what: str, *, making: str = "director
                 f"{what} {path}: {problem}.",
                 hint="Give a directory path (it is created if missing), or move the file away.",
             )
+        _check_lengths(resolved, existing, path, what)
     except OSError as exc:
         raise path_error(exc, what) from None
     _probe(existing, path, what)
+
+
+def _check_lengths(resolved: Path, existing: Path, path: Path, what: str) -> None:
+    """The parts still to be made must fit the file system's limits, or the mkdir at
+    the end of the build is what fails."""
+    name_max = os.pathconf(existing, "PC_NAME_MAX")
+    for part in resolved.relative_to(existing).parts:
+        if len(os.fsencode(part)) > name_max:
+            raise PathError(
+                f"{what} {path}: the name {part[:40]!r}... is longer than {name_max} bytes, "
+                f"the limit of the file system at {existing}.",
+                hint="Give a shorter path.",
+            )
+    path_max = os.pathconf(existing, "PC_PATH_MAX")
+    if len(os.fsencode(resolved)) >= path_max:
+        raise PathError(
+            f"{what} {path}: the path is longer than {path_max} bytes, the limit of the "
+            f"file system at {existing}.",
+            hint="Give a shorter path.",
+        )
 
 
 def check_output_file(path: Path, what: str) -> Path:

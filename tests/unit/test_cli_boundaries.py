@@ -64,6 +64,24 @@ def _cases() -> dict[str, tuple[list[str], int, list[str]]]:
         cases[f"{command} missing recipe"] = (
             [command, "{tmp}/missing.toml", *argv[2:]], 2, ["missing.toml: no such recipe file"]
         )
+    long_name = "n" * 300
+    cases["build --out with a name over NAME_MAX"] = (
+        ["build", RECIPE, "--out", f"{{tmp}}/{long_name}/dist"], 2,
+        [f"--out {{tmp}}/{long_name}/dist: the name", "is longer than 255 bytes"],
+    )
+    deep = "/".join(["d" * 200] * 25)
+    cases["shard --out over PATH_MAX"] = (
+        ["shard", RECIPE, "--index", "0", "--out", f"{{tmp}}/{deep}"], 2,
+        ["the path is longer than 4096 bytes"],
+    )
+    for value in ("/etc", "../..", "a/b", ".hidden", "x" * 101):
+        for command, argv in job_commands.items():
+            cases[f"{command} --namespace {value[:12]}"] = (
+                [*argv, "--namespace", value], 2, ["Invalid value for '--namespace'", value]
+            )
+    cases["build --lock-timeout nan"] = (
+        ["build", RECIPE, "--lock-timeout", "nan"], 2, ["Invalid value for '--lock-timeout'"]
+    )
     for value in ("0", "-1", "257", "two"):
         cases[f"build --shards {value}"] = (
             ["build", RECIPE, "--shards", value], 2, ["Invalid value for '--shards'"]
