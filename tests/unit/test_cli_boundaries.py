@@ -82,6 +82,25 @@ def _cases() -> dict[str, tuple[list[str], int, list[str]]]:
     cases["build --lock-timeout nan"] = (
         ["build", RECIPE, "--lock-timeout", "nan"], 2, ["Invalid value for '--lock-timeout'"]
     )
+    for command, argv in (("link", job_commands["link"]),
+                          ("shard-plan", ["shard-plan", "{file}", "--count", "2", "--out",
+                                          "{tmp}/map.json"])):
+        for value in ("0", "-1", "lots", "9" * 400):
+            cases[f"{command} --max-unpacked-size {value[:10]}"] = (
+                [*argv, "--max-unpacked-size", value], 2,
+                ["Invalid value for '--max-unpacked-size'", value[:40]],
+            )
+        for value in ("0", "-1", "many"):
+            cases[f"{command} --max-members {value}"] = (
+                [*argv, "--max-members", value], 2, ["Invalid value for '--max-members'"]
+            )
+        cases[f"{command} $KILN_MAX_UNPACKED_SIZE huge"] = (
+            [*argv, "KILN_MAX_UNPACKED_SIZE=" + "9" * 400], 2,
+            ["KILN_MAX_UNPACKED_SIZE:", "is too large a size"],
+        )
+        cases[f"{command} $KILN_MAX_MEMBERS not a number"] = (
+            [*argv, "KILN_MAX_MEMBERS=\u00b2"], 2, ["KILN_MAX_MEMBERS:", "not a positive whole"]
+        )
     for value in ("0", "-1", "257", "two"):
         cases[f"build --shards {value}"] = (
             ["build", RECIPE, "--shards", value], 2, ["Invalid value for '--shards'"]
@@ -260,8 +279,8 @@ def test_bad_command_line(
     place: dict[str, str], case: str,
 ) -> None:
     argv, code, texts = CASES[case]
-    env = dict(a.format(**place).split("=", 1) for a in argv if a.startswith("KILN_HOME="))
-    argv = [a.format(**place) for a in argv if not a.startswith("KILN_HOME=")]
+    env = dict(a.format(**place).split("=", 1) for a in argv if a.startswith("KILN_"))
+    argv = [a.format(**place) for a in argv if not a.startswith("KILN_")]
     started = time.monotonic()
     exit_code, _, err = run_main(monkeypatch, capsys, tmp_path, argv, env)
     assert time.monotonic() - started < 20, "a refusal must come before any work"

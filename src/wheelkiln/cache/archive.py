@@ -85,7 +85,10 @@ def parse_size(text: str) -> int:
             f"{text!r} is not a size; write a number of bytes with an optional unit, "
             "e.g. 64MiB, 3GB or 20GiB"
         )
-    size = int(float(match["number"]) * _UNITS[unit])
+    scaled = float(match["number"]) * _UNITS[unit]
+    if scaled >= 2**63:  # 400 digits make an infinite float, which int() refuses
+        raise ValueError(f"{text!r} is too large a size")
+    size = int(scaled)
     if size <= 0:
         raise ValueError(f"{text!r} is not a positive size")
     return size
@@ -125,7 +128,7 @@ class ArchiveLimits:
                 ) from None
         if max_members is None and environ.get(MAX_MEMBERS_ENV):
             text = environ[MAX_MEMBERS_ENV]
-            if not text.strip().isdigit() or int(text) < 1:
+            if not (text.strip().isascii() and text.strip().isdigit()) or int(text) < 1:
                 raise UsageError(
                     f"{MAX_MEMBERS_ENV}: {text!r} is not a positive whole number.",
                     hint=f"Unset it to use the default, {DEFAULT_MAX_MEMBERS:,}.",
