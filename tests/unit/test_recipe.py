@@ -112,7 +112,7 @@ def test_both_partitions_refused(tmp_path: Path) -> None:
 
 def test_pypi_source_needs_pinned_digest(tmp_path: Path) -> None:
     text = GOOD.replace('path = "src"', 'pypi = "pycryptodome==3.20.0"')
-    assert "source.pypi needs source.sha256" in error_of(tmp_path, text)
+    assert "key 'source': 'source.pypi' needs 'source.sha256'" in error_of(tmp_path, text)
 
 
 def test_invalid_toml_names_file(tmp_path: Path) -> None:

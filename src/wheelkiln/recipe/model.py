@@ -143,6 +143,8 @@ Text = Annotated[str, StringConstraints(max_length=TEXT_MAX), _NO_NUL]
 """Free text, possibly several lines."""
 Line = Annotated[str, StringConstraints(max_length=TEXT_MAX), _ONE_LINE]
 """One line of text, e.g. a URL or a glob over wheel contents."""
+Filled = Annotated[str, StringConstraints(min_length=1, max_length=TEXT_MAX), _ONE_LINE]
+"""One line of text that must not be empty."""
 Argument = Annotated[
     str, StringConstraints(min_length=1, max_length=TEXT_MAX), _ONE_LINE, _NOT_AN_OPTION
 ]
@@ -205,12 +207,12 @@ def _array(default: tuple[Any, ...] = ()) -> Any:
 class Source(_Model):
     """Where the package's source comes from. Exactly one of path, pypi or git."""
 
-    path: Line | None = None
+    path: Filled | None = None
     """A local source tree, relative to the recipe file. It must lie inside the recipe's
     project (see ``wheelkiln.recipe.load.project_root``)."""
-    pypi: Line | None = None
+    pypi: Filled | None = None
     """An sdist on PyPI, as 'NAME==VERSION'."""
-    sha256: Line | None = None
+    sha256: Filled | None = None
     """The sdist's sha256; required with 'pypi' so a changed upload is refused."""
     git: Argument | None = None
     """A git URL; requires 'rev'."""
@@ -220,23 +222,32 @@ class Source(_Model):
     """The package's directory inside the source, when it is not the top (relative, inside
     the source)."""
 
+    @field_validator("pypi")
+    @classmethod
+    def _pypi_spec(cls, value: str) -> str:
+        if not PYPI_SPEC.match(value):
+            raise ValueError("must be 'NAME==VERSION', e.g. 'pycryptodome==3.20.0'")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha256(cls, value: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError("must be 64 lowercase hex digits")
+        return value
+
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:
-        given = [k for k in ("path", "pypi", "git") if getattr(self, k)]
+        given = [k for k in ("path", "pypi", "git") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(
-                "give exactly one of source.path, source.pypi or source.git"
+                "give exactly one of 'source.path', 'source.pypi' or 'source.git'"
                 + (f" (got {', '.join(given)})" if given else "")
             )
-        if self.pypi is not None:
-            if not PYPI_SPEC.match(self.pypi):
-                raise ValueError(f"source.pypi must be 'NAME==VERSION', got {self.pypi!r}")
-            if not self.sha256:
-                raise ValueError("source.pypi needs source.sha256 (the sdist's sha256 digest)")
-        if self.sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", self.sha256):
-            raise ValueError("source.sha256 must be 64 lowercase hex digits")
-        if self.git is not None and not self.rev:
-            raise ValueError("source.git needs source.rev (a commit or tag)")
+        if self.pypi is not None and self.sha256 is None:
+            raise ValueError("'source.pypi' needs 'source.sha256' (the sdist's sha256 digest)")
+        if self.git is not None and self.rev is None:
+            raise ValueError("'source.git' needs 'source.rev' (a commit or tag)")
         return self
 
 
