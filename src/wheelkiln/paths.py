@@ -15,7 +15,10 @@ def kiln_home() -> Path:
 
 
 def state_home() -> Path:
-    """``$KILN_STATE_HOME``, else ``$XDG_STATE_HOME/wheelkiln`` (results, locks)."""
+    """``$KILN_STATE_HOME``, else ``$XDG_STATE_HOME/wheelkiln`` (bench results).
+
+    Not the builder lock: that guards what is under ``kiln_home()`` and lives there.
+    """
     if home := os.environ.get("KILN_STATE_HOME"):
         return Path(home).resolve()
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")

@@ -4,24 +4,57 @@ Every command is echoed as ``+ cmd`` (shell-quoted) when verbose, its executable
 checked before it starts so a missing tool gets a message that names PATH, and its
 output is captured: shown only on failure unless verbose, or streamed line by line
 into a log file for long builds.
+
+Every command also runs in a process group of its own, and nothing it starts outlives
+kiln. A build is a tree (pip, the build backend, ninja, the compilers), and ending only
+the process kiln started leaves the rest compiling: after a ``kill -9`` of ``kiln
+bench`` its compilers went on, and the next bench timed its build under their load
+and deleted their tree. Four things close that:
+
+- The child asks the kernel for ``SIGKILL`` when its parent dies (``PR_SET_PDEATHSIG``
+  on Linux), which covers the one process a ``kill -9`` leaves behind directly. The
+  kernel sends it when the *thread* that started the child ends, so a command is only
+  ever started by a thread that then waits for it (``start_background`` is the
+  exception and asks for nothing).
+- When a command ends, what it left running in its group is ended too.
+- On ``SIGTERM``, ``SIGHUP``, ``SIGINT`` and at exit, kiln ends every group it started.
+- The builder lock records the live groups (``watch_groups``), so whoever takes the lock
+  after a ``kill -9`` ends the grandchildren that ``PR_SET_PDEATHSIG`` does not reach.
+
+A kiln started by kiln (the shard and link jobs of ``kiln build --shards``) stays in
+the group its parent made for it and starts its children there, so one group holds a
+whole job and the lock holder can end it.
 """
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import os
 import resource
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from wheelkiln.errors import BuildError, ToolNotFoundError
 
 VERBOSE = os.environ.get("KILN_VERBOSE", "") not in ("", "0")
+
+GROUP_PARENT_ENV = "KILN_GROUP_PARENT"
+"""Set for a child to the pid of the kiln that made its process group (see ``_nested``)."""
+GRACE_SECONDS = 2.0
+"""How long a group has to go after ``SIGTERM`` before it gets ``SIGKILL``."""
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -57,9 +90,280 @@ def quote(argv: Sequence[str]) -> str:
     return shlex.join(argv)
 
 
-def _children_usage() -> tuple[float, int]:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
+# --- process groups -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessGroup:
+    """A process group kiln started, described well enough to find it again later.
+
+    A group's number is its leader's pid, and it can be reused once the group is empty,
+    so the session and the leader's start time (clock ticks since boot) come with it:
+    ``members`` finds nothing when the number now names someone else's group.
+    """
+
+    pgid: int
+    session: int
+    leader_start: int
+
+    def as_json(self) -> dict[str, int]:
+        return {"pgid": self.pgid, "session": self.session, "leader_start": self.leader_start}
+
+    @classmethod
+    def from_json(cls, data: object) -> ProcessGroup | None:
+        """The group ``as_json`` wrote, or ``None`` for anything else (the lock file is
+        plain text on disk that anyone can have edited)."""
+        if not isinstance(data, dict):
+            return None
+        values = [data.get(key) for key in ("pgid", "session", "leader_start")]
+        if not all(type(value) is int and value >= 0 for value in values) or values[0] in (0, 1):
+            return None
+        pgid, session, leader_start = values
+        assert isinstance(pgid, int) and isinstance(session, int)
+        assert isinstance(leader_start, int)
+        return cls(pgid, session, leader_start)
+
+
+@dataclass(frozen=True)
+class _ProcStat:
+    pid: int
+    state: str
+    pgid: int
+    session: int
+    start: int
+
+
+def _proc_stat(pid: int) -> _ProcStat | None:
+    """Fields of ``/proc/<pid>/stat``, or ``None`` when there is no such process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces and ')'.
+    fields = raw.rpartition(b")")[2].split()
+    try:
+        return _ProcStat(pid, fields[0].decode(), int(fields[2]), int(fields[3]), int(fields[19]))
+    except (IndexError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def members(group: ProcessGroup) -> list[int]:
+    """The live (not zombie) processes in ``group``; none when its number was reused."""
+    leader = _proc_stat(group.pgid)
+    if leader is not None and leader.start != group.leader_start:
+        return []  # another process has the leader's pid: the group is gone
+    try:
+        pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+    except OSError:
+        return []
+    found = []
+    for pid in pids:
+        stat = _proc_stat(pid)
+        if (
+            stat is not None
+            and stat.pgid == group.pgid
+            and stat.session == group.session
+            and stat.start >= group.leader_start
+            and stat.state not in ("Z", "X")
+        ):
+            found.append(pid)
+    return found
+
+
+def _signal_group(pgid: int, signum: int) -> None:
+    # PermissionError too: what cannot be signalled shows up as a survivor in members().
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def end_groups(groups: Sequence[ProcessGroup], grace: float = GRACE_SECONDS) -> dict[int, list[int]]:
+    """End every process in ``groups``: ``SIGTERM``, then ``SIGKILL`` after ``grace``.
+
+    Returns the processes found in each group that had any, and waits (up to another
+    ``grace``) for them to be gone. Survivors (another user's, or stuck in the kernel)
+    are left; callers that must not start beside them check ``members`` again.
+    """
+    own = os.getpgrp()  # never this process's own group, whatever a lock file says
+    groups = [group for group in groups if group.pgid != own]
+    found = {group.pgid: pids for group in groups if (pids := members(group))}
+    if not found:
+        return {}
+    live = [group for group in groups if group.pgid in found]
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for group in live:
+            _signal_group(group.pgid, signum)
+            if signum == signal.SIGTERM:
+                _signal_group(group.pgid, signal.SIGCONT)  # a stopped process cannot act on it
+        deadline = time.monotonic() + grace
+        while live and time.monotonic() < deadline:
+            time.sleep(0.02)
+            live = [group for group in live if members(group)]
+        if not live:
+            break
+    return found
+
+
+_registry = threading.RLock()
+_live_groups: dict[int, ProcessGroup] = {}
+_watchers: list[Callable[[tuple[ProcessGroup, ...]], None]] = []
+
+
+def live_groups() -> tuple[ProcessGroup, ...]:
+    """The groups of the commands this process is running now."""
+    with _registry:
+        return tuple(_live_groups.values())
+
+
+def watch_groups(callback: Callable[[tuple[ProcessGroup, ...]], None]) -> Callable[[], None]:
+    """Call ``callback(live groups)`` now and after every change; returns the way to stop.
+
+    The callback runs on the thread that started or ended a command, before that command
+    runs (so a record of it exists before anyone can ``kill -9`` this process).
+    """
+    with _registry:
+        _watchers.append(callback)
+        callback(tuple(_live_groups.values()))
+
+    def unwatch() -> None:
+        with _registry, suppress(ValueError):
+            _watchers.remove(callback)
+
+    return unwatch
+
+
+def _set_live(group: ProcessGroup, live: bool) -> None:
+    with _registry:
+        if live:
+            _live_groups[group.pgid] = group
+        else:
+            _live_groups.pop(group.pgid, None)
+        snapshot = tuple(_live_groups.values())
+        for callback in list(_watchers):
+            callback(snapshot)
+
+
+def end_all_groups() -> None:
+    """End every command this process started (on a signal, and at exit)."""
+    # A snapshot without the lock: a signal handler may run while this thread holds it.
+    end_groups(list(_live_groups.values()))
+
+
+def _load_prctl() -> Callable[[int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+_prctl = _load_prctl()
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """A ``preexec_fn`` asking for ``SIGKILL`` when ``parent`` dies (``None`` off Linux).
+
+    It runs in the child between fork and exec, where only async-signal-safe work is
+    sound: one foreign call and one system call, nothing that takes a lock.
+    """
+    prctl = _prctl
+    if prctl is None:
+        return None
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the request was in place
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+def _nested() -> bool:
+    """Whether this process leads a group that the kiln which started it made for it.
+
+    Its commands then stay in that group: the parent records the group and ends it, and
+    a group of its own would escape both.
+    """
+    return (
+        os.environ.get(GROUP_PARENT_ENV) == str(os.getppid()) and os.getpgrp() == os.getpid()
+    )
+
+
+@contextmanager
+def _started(
+    resolved: Sequence[str], *, cwd: Path | str | None, env: Mapping[str, str] | None
+) -> Iterator[tuple[subprocess.Popen[str], ProcessGroup | None]]:
+    """Start a command with its output on a pipe; end what is left of it on the way out."""
+    install_signal_handlers()
+    own_group = not _nested()
+    child_env = dict(env if env is not None else os.environ)
+    if own_group:
+        child_env[GROUP_PARENT_ENV] = str(os.getpid())
+    else:
+        child_env.pop(GROUP_PARENT_ENV, None)
+    proc = subprocess.Popen(
+        resolved,
+        cwd=cwd,
+        env=child_env,
+        # A process outside the terminal's foreground group that reads it is stopped.
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        process_group=0 if own_group else None,
+        preexec_fn=_die_with(os.getpid()),
+    )
+    group = None
+    if own_group:
+        stat = _proc_stat(proc.pid)
+        session = stat.session if stat is not None else os.getsid(0)
+        group = ProcessGroup(proc.pid, session, stat.start if stat is not None else 0)
+        _set_live(group, True)
+    try:
+        yield proc, group
+    finally:
+        try:
+            if proc.returncode is None:  # interrupted: the command is still running
+                if group is not None:
+                    end_groups([group])
+                else:
+                    proc.kill()
+                proc.wait()
+        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()
+            if group is not None:
+                _set_live(group, False)
+
+
+def _reap(
+    proc: subprocess.Popen[str], group: ProcessGroup | None, argv: Sequence[str]
+) -> resource.struct_rusage:
+    """Wait for the command, end what it left running in its group, and collect it.
+
+    The leader is left a zombie while its group is ended: until it is collected its pid,
+    which is the group's number, cannot be given to anyone else's group.
+    """
+    if group is not None:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        if left := end_groups([group]).get(group.pgid):
+            print(
+                f"kiln: ended {len(left)} process(es) that {quote(argv)} left running "
+                f"(pid {', '.join(map(str, left[:10]))})",
+                file=sys.stderr,
+            )
+    # wait4 gives this command's own usage (its whole process tree), where
+    # RUSAGE_CHILDREN would mix in every other command of this process.
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage
+
+
+# --- running commands -------------------------------------------------------------------
 
 
 def run(
@@ -71,30 +375,48 @@ def run(
     what: str | None = None,
     timeout: float | None = None,
 ) -> Completed:
-    """Run a short command to completion with its output captured."""
+    """Run a short command to completion with its output captured.
+
+    After ``timeout`` seconds the command's group is killed and
+    :class:`subprocess.TimeoutExpired` is raised.
+    """
     resolved = [find_executable(argv[0], env), *argv[1:]]
     if VERBOSE:
         print(f"+ {quote(argv)}", file=sys.stderr)
-    cpu_before, _ = _children_usage()
     started = time.perf_counter()
-    proc = subprocess.run(
-        resolved,
-        cwd=cwd,
-        env=dict(env) if env is not None else None,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        timeout=timeout,
-        check=False,
-    )
+    expired = threading.Event()
+    with _started(resolved, cwd=cwd, env=env) as (proc, group):
+        assert proc.stdout is not None
+        timer = None
+        if timeout is not None:
+
+            def expire() -> None:
+                expired.set()
+                if group is not None:
+                    _signal_group(group.pgid, signal.SIGKILL)
+                else:
+                    proc.kill()
+
+            timer = threading.Timer(timeout, expire)
+            timer.daemon = True
+            timer.start()
+        try:
+            output = proc.stdout.read()
+        finally:
+            if timer is not None:
+                timer.cancel()
+                timer.join()  # it must not signal the group after the leader is collected
+        usage = _reap(proc, group, argv)
     wall = time.perf_counter() - started
-    cpu_after, peak = _children_usage()
-    done = Completed(tuple(argv), proc.returncode, proc.stdout, wall, cpu_after - cpu_before, peak)
-    if check and proc.returncode != 0:
-        tail = "\n".join(proc.stdout.splitlines()[-30:])
+    if expired.is_set():
+        raise subprocess.TimeoutExpired(resolved, timeout or 0.0, output=output)
+    returncode = proc.returncode
+    cpu = usage.ru_utime + usage.ru_stime
+    done = Completed(tuple(argv), returncode, output, wall, cpu, usage.ru_maxrss * 1024)
+    if check and returncode != 0:
+        tail = "\n".join(output.splitlines()[-30:])
         raise BuildError(
-            f"{what or 'Command'} failed with exit code {proc.returncode}: {quote(argv)}\n{tail}",
+            f"{what or 'Command'} failed with exit code {returncode}: {quote(argv)}\n{tail}",
             hint="Run again with KILN_VERBOSE=1 to see every command.",
         )
     return done
@@ -120,16 +442,7 @@ def run_logged(
     with log_path.open("w", encoding="utf-8") as log:
         log.write(f"+ {quote(argv)}\n")
         log.flush()
-        with subprocess.Popen(
-            resolved,
-            cwd=cwd,
-            env=dict(env) if env is not None else None,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            errors="replace",
-        ) as proc:
+        with _started(resolved, cwd=cwd, env=env) as (proc, group):
             assert proc.stdout is not None
             for line in proc.stdout:
                 log.write(line)
@@ -138,13 +451,12 @@ def run_logged(
                     sys.stderr.write(line)
                 if on_line is not None:
                     on_line(line.rstrip("\n"))
-            # wait4 gives this build's own usage (its whole process tree), where
-            # RUSAGE_CHILDREN would mix in every earlier build of this process.
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = returncode = os.waitstatus_to_exitcode(status)
+            usage = _reap(proc, group, argv)
     wall = time.perf_counter() - started
     cpu = usage.ru_utime + usage.ru_stime
-    return Completed(tuple(argv), returncode, "".join(kept), wall, cpu, usage.ru_maxrss * 1024)
+    return Completed(
+        tuple(argv), proc.returncode, "".join(kept), wall, cpu, usage.ru_maxrss * 1024
+    )
 
 
 def start_background(
@@ -167,3 +479,44 @@ def start_background(
     finally:
         if log_path is not None and not isinstance(out, int):
             out.close()
+
+
+# --- signals and exit -------------------------------------------------------------------
+
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+_previous_handlers: dict[int, Any] = {}
+_handlers_installed = False
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    """End every group this process started, then do what the signal did before."""
+    end_all_groups()
+    previous = _previous_handlers.get(signum, signal.SIG_DFL)
+    if callable(previous):
+        previous(signum, frame)  # SIGINT: KeyboardInterrupt, handled by the CLI
+        return
+    signal.signal(signum, previous)
+    os.kill(os.getpid(), signum)  # die of it, so our parent sees the signal
+
+
+def install_signal_handlers() -> None:
+    """End the groups on ``SIGTERM``, ``SIGHUP`` and ``SIGINT`` and at exit (once).
+
+    Commands run in groups of their own, outside the terminal's foreground group, so a
+    signal to kiln (or ^C) no longer reaches them. Handlers can only be set from the main
+    thread; this runs at import and again before each command. A signal that someone
+    else handles or ignores (``nohup``) is left alone.
+    """
+    global _handlers_installed
+    if _handlers_installed or threading.current_thread() is not threading.main_thread():
+        return
+    _handlers_installed = True
+    atexit.register(end_all_groups)
+    for signum in _ENDING_SIGNALS:
+        current = signal.getsignal(signum)
+        if current in (signal.SIG_DFL, signal.default_int_handler):
+            _previous_handlers[signum] = current
+            signal.signal(signum, _on_signal)
+
+
+install_signal_handlers()

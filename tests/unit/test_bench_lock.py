@@ -21,12 +21,11 @@ from wheelkiln.errors import KilnError, LockBusyError
 
 HOLDER = textwrap.dedent(
     """
-    import sys, time
-    from pathlib import Path
+    import time
     from wheelkiln.bench.lock import BuilderLock
-    lock = BuilderLock(Path(sys.argv[1]), command="kiln build demo (test holder)")
+    lock = BuilderLock(command="kiln build demo (test holder)")
     assert lock.try_acquire()
-    print("held", flush=True)
+    print(lock.path, flush=True)
     time.sleep(60)
     """
 )
@@ -34,12 +33,15 @@ HOLDER = textwrap.dedent(
 
 @pytest.fixture
 def holder_process(tmp_path: Path):
-    """A separate process holding the lock at ``tmp_path/state/builder.lock``."""
-    path = tmp_path / "state" / "builder.lock"
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE,
-                            text=True)
+    """A separate process holding the builder lock of ``KILN_HOME=tmp_path/home``, with a
+    state home of its own (``tmp_path/holder-state``)."""
+    env = {**os.environ, "KILN_HOME": str(tmp_path / "home"),
+           "KILN_STATE_HOME": str(tmp_path / "holder-state")}
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], stdout=subprocess.PIPE, text=True,
+                            env=env)
     assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "held"
+    path = Path(proc.stdout.readline().strip())
+    assert path == tmp_path / "home" / "builder.lock"
     yield proc, path
     if proc.poll() is None:
         proc.kill()
@@ -103,13 +105,38 @@ def test_a_killed_holder_leaves_no_stale_lock(holder_process) -> None:
     assert path.read_text() == ""
 
 
-def test_bench_while_the_lock_is_held_exits_0_naming_the_holder(
-    holder_process, tmp_path: Path
+def test_the_lock_lives_in_kiln_home_whatever_the_state_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    proc, _ = holder_process
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KILN_STATE_HOME", str(tmp_path / "state-a"))
+    first = BuilderLock()
+    monkeypatch.setenv("KILN_STATE_HOME", str(tmp_path / "state-b"))
+    second = BuilderLock()
+    assert first.path == second.path == tmp_path / "home" / "builder.lock"
+    with first:
+        assert not second.try_acquire()
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "other-home"))
+    assert BuilderLock().path == tmp_path / "other-home" / "builder.lock"
+
+
+def _demo_recipe(tmp_path: Path) -> Path:
     (tmp_path / "pkg").mkdir()
     recipe = tmp_path / "demo.toml"
     recipe.write_text('name = "demo"\n[source]\npath = "pkg"\n')
+    return recipe
+
+
+def _nothing_built(home: Path) -> bool:
+    return sorted(entry.name for entry in home.iterdir()) == ["builder.lock"]
+
+
+def test_bench_while_the_lock_is_held_exits_0_naming_the_holder(
+    holder_process, tmp_path: Path
+) -> None:
+    """Same KILN_HOME, another state home: busy, not run beside the holder."""
+    proc, _ = holder_process
+    recipe = _demo_recipe(tmp_path)
     store = tmp_path / "results.jsonl"
     result = CliRunner().invoke(
         bench_group, [str(recipe), "--scenario", "all", "--store", str(store), "--json"],
@@ -120,7 +147,30 @@ def test_bench_while_the_lock_is_held_exits_0_naming_the_holder(
     assert "kiln build demo (test holder)" in result.stderr
     assert json.loads(result.stdout)["holder"]["pid"] == proc.pid
     assert not store.exists()
-    assert not (tmp_path / "home").exists()  # nothing was built
+    assert _nothing_built(tmp_path / "home")
+
+
+def test_build_while_the_lock_is_held_exits_6_naming_the_holder(
+    holder_process, tmp_path: Path
+) -> None:
+    """``kiln build`` waits by default; with ``--lock-timeout 0`` it is refused at once."""
+    proc, path = holder_process
+    recipe = _demo_recipe(tmp_path)
+    env = {**os.environ, "KILN_HOME": str(tmp_path / "home"),
+           "KILN_STATE_HOME": str(tmp_path / "state")}
+    result = subprocess.run(
+        [sys.executable, "-m", "wheelkiln", "build", str(recipe), "--lock-timeout", "0",
+         "--out", str(tmp_path / "dist")],
+        capture_output=True, text=True, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert result.returncode == 6, result.stderr
+    message = " ".join(result.stderr.split())
+    assert f"Another build holds the builder lock {path}" in message
+    assert f"pid {proc.pid}" in message and "kiln build demo (test holder)" in message
+    assert "Traceback" not in result.stderr
+    assert _nothing_built(tmp_path / "home")
+    assert not (tmp_path / "dist").exists()
 
 
 CHILD = textwrap.dedent(
@@ -152,8 +202,13 @@ def test_a_stale_inherited_marker_is_ignored(tmp_path: Path, monkeypatch: pytest
     assert not BuilderLock(path).inherited()
 
 
-def test_an_unwritable_state_home_is_a_clear_error(tmp_path: Path) -> None:
+def test_an_unwritable_kiln_home_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
-    with pytest.raises(KilnError, match="Cannot open the builder lock"):
-        BuilderLock(blocker / "builder.lock").try_acquire()
+    monkeypatch.setenv("KILN_HOME", str(blocker / "home"))
+    with pytest.raises(KilnError, match="Cannot open the builder lock") as caught:
+        BuilderLock().try_acquire()
+    assert str(blocker / "home" / "builder.lock") in caught.value.message
+    assert caught.value.hint == "Set KILN_HOME to a writable directory."

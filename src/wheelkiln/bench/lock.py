@@ -1,9 +1,12 @@
 """The builder lock: one build per builder at a time.
 
 Two builds on one machine contend for cores and memory, and a benchmark taken under
-contention measures the contention. Every build that should count (``kiln bench``, and
-``kiln build`` where the CLI wires it) holds an exclusive ``flock`` on
-``state_home()/builder.lock`` for its whole run.
+contention measures the contention. Two builds in one ``KILN_HOME`` also share its work
+trees, sources and environments, and one deletes what the other is compiling. Every
+build that should count (``kiln bench``, and ``kiln build``, ``shard`` and ``link``
+where the CLI wires it) holds an exclusive ``flock`` on ``kiln_home()/builder.lock``
+for its whole run. The lock lives with what it guards: under the state home, two builds
+with one ``KILN_HOME`` and two state homes ran at once.
 
 ``flock`` belongs to the open file description, so the kernel drops it when the holder
 exits for any reason (crash, ``kill -9``, reboot): a stale holder cannot exist, and no
@@ -12,6 +15,12 @@ since) into the lock file so a refused caller can say who holds it; the descript
 of a process that died is still in the file but is ignored, because nobody holds the
 lock. The file is opened without truncation, since truncating on open would wipe the
 live holder's description every time someone merely asks.
+
+What the kernel does not drop is the holder's build: after a ``kill -9`` its compilers
+go on. So the description also lists the process groups of the commands the holder is
+running (kept current through ``run.watch_groups``), and whoever takes the lock next
+ends what is left of them before it starts anything: a build never runs beside an
+orphan of the last one.
 """
 
 from __future__ import annotations
@@ -24,14 +33,16 @@ import os
 import shlex
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from wheelkiln import run, ui
 from wheelkiln.errors import KilnError, LockBusyError
-from wheelkiln.paths import state_home
+from wheelkiln.paths import kiln_home
 
 LOCK_NAME = "builder.lock"
 HELD_ENV = "KILN_BUILDER_LOCK"
@@ -40,7 +51,7 @@ POLL_SECONDS = 0.5
 
 
 def default_lock_path() -> Path:
-    return state_home() / LOCK_NAME
+    return kiln_home() / LOCK_NAME
 
 
 def _command_line() -> str:
@@ -76,6 +87,10 @@ class BuilderLock:
         self.command = command or _command_line()
         self.timeout = timeout
         self._fd: int | None = None
+        self._description: dict[str, Any] = {}
+        self._unwatch: Callable[[], None] | None = None
+        # The description is rewritten from whichever thread starts a command.
+        self._writing = threading.Lock()
 
     @property
     def held(self) -> bool:
@@ -88,7 +103,7 @@ class BuilderLock:
         except OSError as exc:
             raise KilnError(
                 f"Cannot open the builder lock {self.path}: {exc.strerror or exc}.",
-                hint="Set KILN_STATE_HOME to a writable directory.",
+                hint="Set KILN_HOME to a writable directory.",
             ) from None
 
     def inherited(self) -> bool:
@@ -117,17 +132,56 @@ class BuilderLock:
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 return False
             raise
-        description = {
+        try:
+            self._end_orphans(self._read(fd))
+        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
+        self._description = {
             "pid": os.getpid(),
             "command": self.command,
             "host": socket.gethostname(),
             "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, (json.dumps(description, sort_keys=True) + "\n").encode(), 0)
         self._fd = fd
+        self._write(())
+        self._unwatch = run.watch_groups(self._write)
         os.environ[HELD_ENV] = f"{os.getpid()}:{self.path}"
         return True
+
+    def _write(self, groups: tuple[run.ProcessGroup, ...]) -> None:
+        """Rewrite the description with the process groups of the commands running now."""
+        with self._writing:
+            if self._fd is None:
+                return
+            description = {**self._description, "process_groups": [g.as_json() for g in groups]}
+            data = (json.dumps(description, sort_keys=True) + "\n").encode()
+            os.pwrite(self._fd, data, 0)
+            os.ftruncate(self._fd, len(data))
+
+    def _end_orphans(self, previous: dict[str, Any]) -> None:
+        """End what the last holder, now dead, left running; refuse if it cannot be ended."""
+        recorded = previous.get("process_groups")
+        if previous.get("host") != socket.gethostname() or not isinstance(recorded, list):
+            return
+        groups = [g for item in recorded if (g := run.ProcessGroup.from_json(item)) is not None]
+        ended = run.end_groups(groups)
+        if not ended:
+            return
+        survivors = sorted(pid for group in groups for pid in run.members(group))
+        count = sum(len(pids) for pids in ended.values())
+        if survivors:
+            raise LockBusyError(
+                f"An earlier build that holds no lock any more ({describe(previous)}) left "
+                f"{count} process(es) running, and pid {', '.join(map(str, survivors))} "
+                "could not be ended. A build does not start beside them.",
+                hint=f"End them (kill -KILL {' '.join(map(str, survivors))}), then run again.",
+            )
+        ui.warn(
+            f"Ended {count} process(es) that an earlier build left running when it was killed "
+            f"({describe(previous)}); a build does not start beside them."
+        )
 
     def acquire(
         self,
@@ -157,7 +211,11 @@ class BuilderLock:
     def release(self) -> None:
         if self._fd is None:
             return
-        fd, self._fd = self._fd, None
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+        with self._writing:
+            fd, self._fd = self._fd, None
         if os.environ.get(HELD_ENV) == f"{os.getpid()}:{self.path}":
             del os.environ[HELD_ENV]
         try:
@@ -191,7 +249,7 @@ class BuilderLock:
 
     @staticmethod
     def _read(fd: int) -> dict[str, Any]:
-        raw = os.pread(fd, 4096, 0)
+        raw = os.pread(fd, 1 << 16, 0)
         try:
             data = json.loads(raw.decode())
         except (UnicodeDecodeError, ValueError):
