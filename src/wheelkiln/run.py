@@ -217,8 +217,9 @@ def live_groups() -> tuple[ProcessGroup, ...]:
 def watch_groups(callback: Callable[[tuple[ProcessGroup, ...]], None]) -> Callable[[], None]:
     """Call ``callback(live groups)`` now and after every change; returns the way to stop.
 
-    The callback runs on the thread that started or ended a command, before that command
-    runs (so a record of it exists before anyone can ``kill -9`` this process).
+    The callback runs on the thread that started or ended a command, right after the
+    command started: only a ``kill -9`` in that moment escapes the record, and then the
+    direct child, which dies with us, has had only that moment to start anything.
     """
     with _registry:
         _watchers.append(callback)
