@@ -119,7 +119,7 @@ def _summary_table(title: str, rows: list[tuple[str, str]]) -> Table:
     table.add_column("what", style="bold")
     table.add_column("value")
     for key, value in rows:
-        table.add_row(key, Text(value))
+        table.add_row(key, Text(value, overflow="fold"))  # a long path folds, never cut
     return table
 
 

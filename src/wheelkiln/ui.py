@@ -14,12 +14,40 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.errors import MarkupError
 from rich.text import Text
 
-console = Console(stderr=True, highlight=False)
+LOG_WIDTH = 160
+"""The width tables are laid out at where no terminal shows them (a pipe, a CI log)."""
+
+
+class _Console(Console):
+    """A console whose width, without a terminal, is fixed: rich would otherwise take
+    80 columns, ``$COLUMNS``, or the size of whatever terminal the process's other
+    streams happen to be on, so a CI log's tables (and a test's output) would depend on
+    where the command was started."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        if options.get("width") is None:
+            self._width = None  # rich took $COLUMNS; size decides, terminal or not
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dimensions = super().size
+        if self._width is None and not self.is_terminal:
+            return ConsoleDimensions(LOG_WIDTH, dimensions.height)
+        return dimensions
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console: Console = _Console(stderr=True, highlight=False)
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]|^(building|compiling|copying|running|creating)\b", re.I)
 
 
