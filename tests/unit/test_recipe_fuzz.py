@@ -36,7 +36,7 @@ Key = tuple[str | int, ...]
 
 SEAT: dict[str, Any] = {
     "name": "fuzzpkg",
-    "source": {"path": "../src/demo", "subdir": "pkg"},
+    "source": {"path": "../src/demo", "subdir": "pkg", "exclude": ["build", "**/out"]},
     "build": {
         "frontend": "pip",
         "requires": ["wheel>=0.40"],
@@ -320,6 +320,8 @@ ESCAPES: list[Mutation] = [
     ("subdir-unc", ("source", "subdir"), "\\\\server\\share", "error"),
     ("subdir-link-out", ("source", "subdir"), "link-out", "error"),
     ("subdir-dotdot", ("source", "subdir"), "..", "error"),
+    ("exclude-up", ("source", "exclude", 0), "../x", "error"),
+    ("exclude-absolute", ("source", "exclude", 0), "/", "error"),
     ("map-dev-zero", ("sharding", "partition_map"), "/dev/zero", "error"),
     ("map-proc", ("sharding", "partition_map"), "/proc/self/environ", "error"),
     ("map-passwd", ("sharding", "partition_map"), "../../../../../../../../etc/passwd", "error"),

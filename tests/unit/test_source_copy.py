@@ -103,3 +103,34 @@ def test_subdir_turned_into_a_link_out_is_refused_at_fetch(tmp_path: Path) -> No
         f"{recipe}: key 'source.subdir': 'pkg' resolves outside the source tree "
         f"({project / 'tree'})."
     )
+
+
+def test_the_recipe_names_what_is_left_out(tmp_path: Path) -> None:
+    pristine = write(tmp_path / "pristine", {**SOURCE, **LEFTOVERS, "src/gen/out/a.c": ""})
+    keep_all = tmp_path / "keep-all"
+    copy_tree(pristine, keep_all, exclude=())  # a package whose top-level build/ is source
+    assert "build/lib/pkg/__init__.py" in files_under(keep_all)
+    assert "src/pkg/__pycache__/x.pyc" not in files_under(keep_all)  # always left out
+    assert source_digest(keep_all, ()) == source_digest(pristine, ())
+    assert source_digest(pristine, ()) != source_digest(pristine)
+    named = tmp_path / "named"
+    copy_tree(pristine, named, exclude=("**/out", "dist"))
+    assert "src/gen/out/a.c" not in files_under(named)
+    assert "build/lib/pkg/__init__.py" in files_under(named)
+    assert "dist/pkg-1.0.whl" not in files_under(named)
+
+
+def test_source_exclude_in_a_recipe(tmp_path: Path) -> None:
+    write(tmp_path / "project", {"tree/setup.py": ""})
+    recipe = tmp_path / "project" / "recipes" / "pkg.toml"
+    recipe.parent.mkdir()
+    recipe.write_text('name = "pkg"\n[source]\npath = "../tree"\nexclude = ["out", "**/tmp"]\n')
+    assert load_recipe(recipe).recipe.source.exclude == ("out", "**/tmp")
+    recipe.write_text('name = "pkg"\n[source]\npath = "../tree"\n')
+    assert load_recipe(recipe).recipe.source.exclude == ("build", "dist", "_skbuild", ".eggs")
+    recipe.write_text('name = "pkg"\n[source]\npath = "../tree"\nexclude = ["../up"]\n')
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(recipe)
+    assert caught.value.message.startswith(
+        f"{recipe}: key 'source.exclude[0]': must not contain '..'"
+    )

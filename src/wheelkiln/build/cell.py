@@ -119,10 +119,10 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
         pristine = fetch_source(loaded, sources_dir())
         shutil.rmtree(job_dir, ignore_errors=True)
         job_dir.mkdir(parents=True)
-        copy_tree(pristine, tree)
+        copy_tree(pristine, tree, recipe.source.exclude)
         if options.prepare_tree is not None:
             options.prepare_tree(tree)
-        digest = source_digest(tree)
+        digest = source_digest(tree, recipe.source.exclude)
         system = read_build_system(tree)
         extra_requires = list(recipe.build.requires)
         if recipe.build.frontend == "build":

@@ -15,26 +15,28 @@ import tempfile
 import urllib.parse
 import urllib.request
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from wheelkiln import run
 from wheelkiln.errors import RecipeError, SourceError
+from wheelkiln.globs import glob_matches, glob_segments
 from wheelkiln.recipe.load import LoadedRecipe, resolve_inside
-from wheelkiln.recipe.model import PYPI_SPEC
+from wheelkiln.recipe.model import BUILD_OUTPUTS, PYPI_SPEC
 
-TOP_LEVEL_OUTPUTS = ("build", "dist", "_skbuild", ".eggs")
-"""Build outputs that frontends and backends leave at the package root. Only there:
-``src/pkg/build/`` is a subpackage that the wheel needs."""
 IGNORED_ANYWHERE = ("*.egg-info", ".git", "__pycache__")
 """Never source, at any depth: none of them can be an importable package's name."""
 
 
-def is_ignored(relative: tuple[str, ...]) -> bool:
-    """Whether the entry at *relative* (path parts under the package root) is a build
-    leftover that the private copy and the source digest both leave out."""
-    if relative and relative[0] in TOP_LEVEL_OUTPUTS:
+def is_ignored(relative: tuple[str, ...], exclude: Sequence[str] = BUILD_OUTPUTS) -> bool:
+    """Whether the entry at *relative* (path parts under the package root) is left out
+    of the private copy and the source digest: it matches one of the recipe's
+    ``source.exclude`` globs (by default the build outputs at the root, and only there:
+    ``src/pkg/build/`` is a subpackage the wheel needs), or is in :data:`IGNORED_ANYWHERE`.
+    """
+    if any(fnmatch.fnmatchcase(part, p) for part in relative for p in IGNORED_ANYWHERE):
         return True
-    return any(fnmatch.fnmatchcase(part, p) for part in relative for p in IGNORED_ANYWHERE)
+    return any(glob_matches(glob_segments(pattern), relative) for pattern in exclude)
 
 
 def sha256_file(path: Path) -> str:
@@ -213,7 +215,7 @@ def _is_special(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
-def copy_tree(pristine: Path, destination: Path) -> None:
+def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> None:
     """A private copy of the source, without build leftovers (:func:`is_ignored`) or
     special files (fifos, sockets, devices); mtimes and symlinks are kept as they are."""
     root = Path(pristine)
@@ -223,14 +225,14 @@ def copy_tree(pristine: Path, destination: Path) -> None:
         return {
             name
             for name in names
-            if is_ignored((*relative, name)) or _is_special(Path(directory, name))
+            if is_ignored((*relative, name), exclude) or _is_special(Path(directory, name))
         }
 
     shutil.rmtree(destination, ignore_errors=True)
     shutil.copytree(root, destination, ignore=ignore, symlinks=True)
 
 
-def source_digest(tree: Path) -> str:
+def source_digest(tree: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> str:
     """A digest over every entry's relative path and content, leftovers excluded as
     :func:`copy_tree` excludes them, so a tree and its copy digest the same.
 
@@ -242,9 +244,11 @@ def source_digest(tree: Path) -> str:
     entries: list[tuple[str, Path]] = []
     for directory, subdirectories, files in os.walk(tree, followlinks=False):
         relative = Path(directory).relative_to(tree).parts
-        subdirectories[:] = [d for d in subdirectories if not is_ignored((*relative, d))]
+        subdirectories[:] = [d for d in subdirectories if not is_ignored((*relative, d), exclude)]
         for name in (*files, *(d for d in subdirectories if Path(directory, d).is_symlink())):
-            if not is_ignored((*relative, name)) and not _is_special(Path(directory, name)):
+            if not is_ignored((*relative, name), exclude) and not _is_special(
+                Path(directory, name)
+            ):
                 entries.append(("/".join((*relative, name)), Path(directory, name)))
     for key, path in sorted(entries):
         digest.update(key.encode("utf-8", "surrogateescape") + b"\0")

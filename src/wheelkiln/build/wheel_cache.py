@@ -162,7 +162,8 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
         return None
     workdir = (options.workdir or default_workdir()).resolve()
     versions = tool_versions(make_cache(loaded, options, workdir, workdir))
-    return _cell_digest(loaded, cell, options, source_digest(pristine), environment, versions)
+    digest = source_digest(pristine, loaded.recipe.source.exclude)
+    return _cell_digest(loaded, cell, options, digest, environment, versions)
 
 
 def outcome_input_digest(loaded: LoadedRecipe, outcome: BuildOutcome, options: BuildOptions) -> str:

@@ -60,6 +60,8 @@ ENV_VALUE_MAX = 32768
 """Linux refuses one argv or environment string longer than 128 KiB (MAX_ARG_STRLEN);
 these bounds stay well below it."""
 MAX_JOBS = 1024
+BUILD_OUTPUTS = ("build", "dist", "_skbuild", ".eggs")
+"""What frontends and backends leave at the package root: never source, there."""
 MAX_SHARDS = 256
 
 
@@ -221,6 +223,11 @@ class Source(_Model):
     subdir: InsidePath | None = None
     """The package's directory inside the source, when it is not the top (relative, inside
     the source)."""
+    exclude: tuple[InsidePath, ...] = _array(BUILD_OUTPUTS)
+    """Globs, relative to the package root ('**' for any depth), of build outputs left out
+    of the build's private copy and of the source digest. Default: the build directories
+    at the root only, so a subpackage named build or dist is kept. *.egg-info, .git and
+    __pycache__ are always left out."""
 
     @field_validator("pypi")
     @classmethod

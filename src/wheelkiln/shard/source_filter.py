@@ -14,10 +14,10 @@ import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from fnmatch import fnmatchcase
 from pathlib import Path
 
 from wheelkiln.errors import SourceError
+from wheelkiln.globs import glob_matches, glob_segments
 from wheelkiln.shard.partition import is_mine
 
 
@@ -39,43 +39,6 @@ def _glob_problem(pattern: str) -> str | None:
     return None
 
 
-def _segments_match(pattern: Sequence[str], parts: Sequence[str]) -> bool:
-    """Whether the path *parts* match the glob *pattern* segments as ``pathlib`` globs
-    do: ``**`` stands for any number of directories (none included), every other segment
-    matches exactly one name by :func:`fnmatch.fnmatchcase`, so ``*`` never crosses a
-    ``/``.
-
-    Run as a set of pattern positions stepped once per path part, so a pattern full of
-    ``**`` costs len(pattern) × len(parts), never an exponential backtrack.
-    """
-
-    def closure(positions: set[int]) -> set[int]:
-        reached = set(positions)
-        for position in sorted(positions):
-            while position < len(pattern) and pattern[position] == "**":
-                position += 1
-                reached.add(position)
-        return reached
-
-    current = closure({0})
-    for number, part in enumerate(parts):
-        last = number == len(parts) - 1
-        following: set[int] = set()
-        for position in current:
-            if position == len(pattern):
-                continue
-            segment = pattern[position]
-            if segment == "**":
-                if not last:  # ``**`` is directories only, never the file name
-                    following.add(position)
-            elif fnmatchcase(part, segment):
-                following.add(position + 1)
-        current = closure(following)
-        if not current:
-            return False
-    return len(pattern) in current
-
-
 def _matching_files(tree: Path, globs: Sequence[str]) -> list[str]:
     """The tree-relative POSIX keys of the files under *tree* that match *globs*, sorted.
 
@@ -93,13 +56,13 @@ def _matching_files(tree: Path, globs: Sequence[str]) -> list[str]:
                 "to the package tree (no absolute paths, no '..'), like 'csrc/**/*.cu'",
                 hint="Fix sharding.source_globs in the recipe.",
             )
-        patterns.append([segment for segment in pattern.split("/") if segment not in ("", ".")])
+        patterns.append(glob_segments(pattern))
     matched: list[str] = []
     for directory, _subdirectories, files in os.walk(tree, followlinks=False):
         relative = Path(directory).relative_to(tree).parts
         for name in files:
             parts = (*relative, name)
-            if any(_segments_match(pattern, parts) for pattern in patterns):
+            if any(glob_matches(pattern, parts) for pattern in patterns):
                 matched.append("/".join(parts))
     return sorted(matched)
 
