@@ -1,0 +1,144 @@
+"""A ``kill -9`` of ``kiln build`` leaves no compile running beside the next build.
+
+The package's in-tree build backend starts a long "compile" (``sleep``) and waits for
+it, as setuptools waits for gcc. kiln runs ``pip wheel``, pip runs the backend, and the
+backend runs the compile: after ``kill -9`` of kiln, pip dies with it
+(``PR_SET_PDEATHSIG``) but the backend and its compile do not. The next ``kiln build``
+in the same ``KILN_HOME`` ends them when it takes the builder lock, says so, and only
+then builds; its own backend checks that nothing of the first build still runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+BACKEND = textwrap.dedent(
+    '''
+    import base64, hashlib, os, subprocess, zipfile
+    from pathlib import Path
+
+    STATE = Path({state!r})
+
+
+    def get_requires_for_build_wheel(config_settings=None):
+        return []
+
+
+    def _alive(pid):
+        try:
+            stat = Path(f"/proc/{{pid}}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+    def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+        pids = STATE / "pids"
+        if not pids.exists():
+            compile_ = subprocess.Popen(["sleep", "300"])
+            (STATE / "pids.tmp").write_text(f"{{os.getpid()}} {{compile_.pid}}")
+            (STATE / "pids.tmp").rename(pids)
+            compile_.wait()
+        else:
+            first = [int(pid) for pid in pids.read_text().split()]
+            (STATE / "second-saw").write_text(" ".join(
+                str(pid) for pid in first if _alive(pid)))
+        name = "orphan_demo-0.1-py3-none-any.whl"
+        files = {{
+            "orphan_demo/__init__.py": b"ANSWER = 42\\n",
+            "orphan_demo-0.1.dist-info/METADATA":
+                b"Metadata-Version: 2.1\\nName: orphan-demo\\nVersion: 0.1\\n",
+            "orphan_demo-0.1.dist-info/WHEEL":
+                b"Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
+        }}
+        record = []
+        with zipfile.ZipFile(Path(wheel_directory) / name, "w") as wheel:
+            for path, data in files.items():
+                wheel.writestr(path, data)
+                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
+                record.append(f"{{path}},sha256={{digest.decode()}},{{len(data)}}")
+            record.append("orphan_demo-0.1.dist-info/RECORD,,")
+            wheel.writestr("orphan_demo-0.1.dist-info/RECORD", "\\n".join(record) + "\\n")
+        return name
+    '''
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def wait_until(condition: Callable[[], bool], what: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds:g} s: {what}")
+        time.sleep(0.05)
+
+
+def test_kill_9_of_kiln_build_leaves_no_compile_beside_the_next_build(tmp_path: Path) -> None:
+    state = tmp_path / "state-of-backend"
+    state.mkdir()
+    package = tmp_path / "pkg"
+    (package / "backend").mkdir(parents=True)
+    (package / "backend" / "orphan_backend.py").write_text(BACKEND.format(state=str(state)))
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "orphan_backend"\n'
+        'backend-path = ["backend"]\n'
+    )
+    recipe = tmp_path / "orphan.toml"
+    recipe.write_text('name = "orphan-demo"\n[source]\npath = "pkg"\n[cache]\nbackend = "none"\n')
+    home = tmp_path / "home"
+
+    def kiln_build(state_home: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "KILN_HOME": str(home), "KILN_STATE_HOME": str(tmp_path / state_home)}
+        env.pop("KILN_BUILDER_LOCK", None)
+        return subprocess.Popen(
+            [sys.executable, "-m", "wheelkiln", "build", str(recipe), "--no-wheel-cache",
+             "--lock-timeout", "0", "--out", str(tmp_path / "dist")],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=env, cwd=tmp_path,
+        )
+
+    first = kiln_build("state-1")
+    try:
+        # Environment creation comes first: allow for it on a loaded machine.
+        wait_until(lambda: (state / "pids").exists() or first.poll() is not None,
+                   "the first build started its compile", 300)
+        assert first.poll() is None, first.communicate()
+        backend, compile_ = map(int, (state / "pids").read_text().split())
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    try:
+        time.sleep(0.5)  # pip, killed with kiln, has no more say
+        assert alive(backend) and alive(compile_), "the orphans this test is about"
+
+        second = kiln_build("state-2")  # another state home: the lock is in KILN_HOME
+        _, err = second.communicate(timeout=300)
+        assert second.returncode == 0, err
+        shown = " ".join(err.split())
+        assert "Ended 2 process(es) that an earlier build left running when it was killed" \
+            in shown, err
+        assert f"(pid {first.pid} on " in shown
+        assert not alive(backend) and not alive(compile_)
+        assert (state / "second-saw").read_text() == ""  # nothing of the first build ran
+        assert list((tmp_path / "dist").glob("orphan_demo-0.1-py3-none-any.whl"))
+    finally:
+        for pid in (backend, compile_):
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
