@@ -47,6 +47,23 @@ def _resolve(path: Path, what: str) -> Path:
         raise PathError(f"{what} {path}: not a usable path ({exc}).", hint=_NEXT_STEP) from None
 
 
+def _refuse_dangling_links(directory: Path, path: Path, what: str) -> None:
+    """``mkdir(parents=True)`` cannot go through a symbolic link whose target is missing
+    (it fails with "File exists"), though the resolved path looks creatable."""
+    absolute = directory.expanduser().absolute()
+    for candidate in (absolute, *absolute.parents):
+        try:
+            dangling = candidate.is_symlink() and not candidate.exists()
+        except OSError:  # a name too long, say: the checks after this one name it
+            continue
+        if dangling:
+            raise PathError(
+                f"{what} {path}: {candidate} is a symbolic link to {candidate.readlink()}, "
+                "which does not exist.",
+                hint="Create the link's target, remove the link, or give another path.",
+            )
+
+
 def _nearest_existing(resolved: Path) -> Path:
     for candidate in (resolved, *resolved.parents):
         if os.path.lexists(candidate):
@@ -75,6 +92,7 @@ def check_output_dir(path: Path, what: str) -> Path:
     Nothing is created except the probe file, which is removed again.
     """
     resolved = _resolve(path, what)
+    _refuse_dangling_links(path, path, what)
     _check_dir(resolved, path, what)
     return resolved
 
@@ -132,6 +150,7 @@ def check_output_file(path: Path, what: str) -> Path:
             f"{what} {path}: {resolved} is a directory; a file path is needed here.",
             hint=f"Give a file name, e.g. {path / 'out'}.",
         )
+    _refuse_dangling_links(path.expanduser().parent, path, what)
     _check_dir(resolved.parent, path, what, making="file")
     return resolved
 

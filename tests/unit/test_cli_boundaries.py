@@ -28,12 +28,14 @@ PROC = "/proc/kiln-no-such-dir/out"
 
 BAD_OUT_DIRS = {
     "a file": ("{file}", "{file} is a file, not a directory"),
+    "a dangling link": ("{dangling}/sub", "{dangling} is a symbolic link to {tmp}/gone"),
     "under a file": ("{file}/sub", "{file} is a file, so no directory can be made under it"),
     "unwritable": (PROC, "cannot write in /proc"),
 }
 BAD_OUT_FILES = {
     "a directory": ("{dir}", "{dir} is a directory; a file path is needed here"),
     "under a file": ("{file}/out.txt", "{file} is a file, so no file can be made under it"),
+    "under a dangling link": ("{dangling}/out.txt", "{dangling} is a symbolic link to {tmp}/gone"),
     "unwritable": (PROC + ".txt", "cannot write in /proc"),
 }
 
@@ -241,7 +243,9 @@ def place(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "afile").write_text("a regular file\n")
     (tmp_path / "adir").mkdir()
     (tmp_path / "garbage").write_bytes(bytes(range(256)))
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
     return {"tmp": str(tmp_path), "file": str(tmp_path / "afile"),
+            "dangling": str(tmp_path / "dangling"),
             "dir": str(tmp_path / "adir"), "garbage": str(tmp_path / "garbage")}
 
 
