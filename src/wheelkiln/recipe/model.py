@@ -15,10 +15,10 @@ A recipe can arrive in a pull request, so the model is strict and bounded.
 - Shaped: strings that become file names (``name``, family names, the cache namespace),
   environment names, or command-line arguments have a character set, so none can climb
   out of a directory or be read as an option (``-...``).
-- Confined: paths inside the package (``source.subdir``, ``sharding.source_globs``)
-  must be relative and free of ``..``. Paths that depend on where the recipe file lives
-  (``source.path``, ``sharding.partition_map``) are resolved and confined when the file
-  is loaded, by :mod:`wheelkiln.recipe.load`.
+- Confined: paths inside the package (``source.subdir``, ``source.exclude``,
+  ``sharding.source_globs``) must be relative and free of ``..``. Paths that depend on
+  where the recipe file lives (``source.path``, ``sharding.partition_map``) are
+  resolved and confined when the file is loaded, by :mod:`wheelkiln.recipe.load`.
 """
 
 from __future__ import annotations
