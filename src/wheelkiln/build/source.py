@@ -167,13 +167,20 @@ def _fetch_pypi(spec: str, sha256: str, store: Path) -> Path:
 
 
 def _fetch_git(url: str, rev: str, store: Path) -> Path:
+    """The checkout of *url* at *rev*, cloned once; locked like ``_fetch_pypi``, since the
+    parallel shard jobs of one build would otherwise clone into (and delete) one tree."""
     tree = store / f"git-{hashlib.sha256(f'{url}@{rev}'.encode()).hexdigest()[:16]}"
     if (tree / ".kiln-source").exists():
         return tree
-    shutil.rmtree(tree, ignore_errors=True)
-    run.run(["git", "clone", "--quiet", url, str(tree)], what=f"Cloning {url}")
-    run.run(["git", "-C", str(tree), "checkout", "--quiet", rev], what=f"Checking out {rev}")
-    (tree / ".kiln-source").write_text(f"{url}@{rev}\n")
+    store.mkdir(parents=True, exist_ok=True)
+    with (store / f"{tree.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (tree / ".kiln-source").exists():
+            return tree  # another job cloned it while this one waited
+        shutil.rmtree(tree, ignore_errors=True)
+        run.run(["git", "clone", "--quiet", url, str(tree)], what=f"Cloning {url}")
+        run.run(["git", "-C", str(tree), "checkout", "--quiet", rev], what=f"Checking out {rev}")
+        (tree / ".kiln-source").write_text(f"{url}@{rev}\n")
     return tree
 
 
