@@ -21,6 +21,7 @@ from wheelkiln.build.cell import (
 )
 from wheelkiln.build.record import build_record
 from wheelkiln.cache.archive import pack
+from wheelkiln.cache.manifest import MANIFEST_SCHEMA
 from wheelkiln.errors import UsageError
 from wheelkiln.matrix.cells import Cell
 from wheelkiln.paths import default_workdir
@@ -29,8 +30,6 @@ from wheelkiln.shard.gate import ShardGateResult, find_objects, shard_gate
 from wheelkiln.shard.partition import load_partition_map, shard_label
 from wheelkiln.shard.source_filter import apply_source_partition
 from wheelkiln.shard.wrapper_log import read_wrapper_log
-
-MANIFEST_SCHEMA = 1
 
 
 def archive_name(cell: Cell, index: int, count: int) -> str:
