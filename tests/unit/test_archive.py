@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import tarfile
 from pathlib import Path
@@ -216,6 +217,17 @@ def test_unreadable_archives_are_named(tmp_path: Path, packed: Path) -> None:
         inspect_archive(plain)
     with pytest.raises(GateError, match="cannot open it"):
         inspect_archive(tmp_path / "missing.tar.gz")
+    blob = bytearray(packed.read_bytes())
+    # any flipped byte after the gzip header (whose file name field no checksum covers)
+    for offset in range(64, len(blob), max(1, len(blob) // 40)):
+        flipped = tmp_path / "flipped.tar.gz"
+        flipped.write_bytes(blob[:offset] + bytes([blob[offset] ^ 0xFF]) + blob[offset + 1:])
+        with pytest.raises(GateError, match=r"flipped.tar.gz, (member '.*'|at its first member): "):
+            unpack(flipped, tmp_path / "flipped")
+    fifo = tmp_path / "fifo.tar.gz"
+    os.mkfifo(fifo)  # opening it would block for ever
+    with pytest.raises(GateError, match=r"fifo.tar.gz: not a regular file"):
+        inspect_archive(fifo)
     json_bytes = json.dumps(valid_manifest()).encode()
     for blob, problem in [(b'{"cell": "\xff"}', "not UTF-8 (byte 0xff at offset 10)"),
                           (json_bytes[:-1], "not JSON (Expecting ',' delimiter"),

@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tarfile
 import tempfile
 import zlib
@@ -242,6 +243,12 @@ def _reading(archive: Path) -> Iterator[tuple[tarfile.TarFile, _Cursor]]:
     """Open ``archive`` as a gzip'd tar stream; any read error becomes a named GateError."""
     cursor = _Cursor()
     try:
+        # A fifo or a device named *.tar.gz would block the open or never end.
+        if not stat.S_ISREG(archive.stat().st_mode):
+            raise GateError(
+                f"{archive}: not a regular file, so not a shard archive; nothing was read.",
+                hint=REFUSED_HINT,
+            )
         # gzip.GzipFile, not tarfile's own "r|gz": only GzipFile checks the end-of-stream
         # marker and the CRC, so a cut or corrupted archive is named, not half-read.
         with (
@@ -252,7 +259,10 @@ def _reading(archive: Path) -> Iterator[tuple[tarfile.TarFile, _Cursor]]:
             yield tar, cursor
     except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
         if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
-            raise GateError(f"{archive}: cannot open it ({exc.strerror}).") from None
+            raise GateError(
+                f"{archive}: cannot open it ({exc.strerror}).",
+                hint="Check that the shard job's archive was downloaded completely and is readable.",
+            ) from None
         problem = str(exc) or type(exc).__name__
         if isinstance(exc, EOFError):
             problem = f"truncated: {problem}"
