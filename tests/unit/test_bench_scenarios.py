@@ -317,6 +317,10 @@ def test_wheel_cache_hot_is_recorded_as_its_own_kind(
     assert served["extensions"] == result.records[1]["extensions"]
     assert Path(served["wheel"]["path"]).is_file()
     assert served["input_digest"] == digest_of(DEFAULT_SOURCE_DATE_EPOCH)
+    assert served["kind"] == "bench"  # the store's kind; hot_kind says how it was served
+    # The build that stored the wheel (cold) is nested, not passed off as this run.
+    assert served["served_from"]["wall_seconds"] == result.records[0]["wall_seconds"]
+    assert served["served_from"]["cache"]["misses"] == result.records[0]["cache"]["misses"] > 0
     assert len(farm.calls) == 3  # the wheel-cache hot run built nothing
 
 

@@ -516,16 +516,15 @@ class _Bench:
                         "changed between the builds of this run?)" if digest else
                         "the input digest could not be planned (no build environment)"]
         else:
-            build = {k: v for k, v in hit.record.items() if k not in ("cached_at",)}
-            build.update(
-                timestamp=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), exit_code=0,
-                wall_seconds=round(watch.timed.wall, 3),
-                cpu_seconds=round(watch.timed.user + watch.timed.sys, 3), peak_rss_bytes=0,
-                log=None, input_digest=digest,
-                cache={"backend": self.backend, "hits": 0, "misses": 0, "total": 0,
-                       "uncacheable": 0, "errors": 0, "missed_tus": []},
+            # The same record `kiln build` prints when it serves the wheel: this run's
+            # figures, the earlier build's record under served_from.
+            from wheelkiln.build.record import served_record
+
+            build = served_record(
+                hit.record, wheel_path=out_dir / hit.wheel.name, input_digest=hit.digest,
+                wall_seconds=watch.timed.wall, cpu_seconds=watch.timed.user + watch.timed.sys,
+                backend=self.backend,
             )
-            build["wheel"] = {**hit.record["wheel"], "path": str(out_dir / hit.wheel.name)}
             problems = []
         return self.finish(build, scenario="hot", repeat=repeat, timed=watch.timed,
                            namespace=None, epoch=epoch, problems=problems,
