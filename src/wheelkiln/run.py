@@ -136,9 +136,15 @@ class _ProcStat:
 def _proc_stat(pid: int) -> _ProcStat | None:
     """Fields of ``/proc/<pid>/stat``, or ``None`` when there is no such process."""
     try:
-        raw = Path(f"/proc/{pid}/stat").read_bytes()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
     except OSError:
         return None
+    try:
+        raw = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     # The command name (field 2) is in parentheses and may hold spaces and ')'.
     fields = raw.rpartition(b")")[2].split()
     try:
@@ -153,7 +159,8 @@ def members(group: ProcessGroup) -> list[int]:
     if leader is not None and leader.start != group.leader_start:
         return []  # another process has the leader's pid: the group is gone
     try:
-        pids = [int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()]
+        with os.scandir("/proc") as entries:
+            pids = [int(entry.name) for entry in entries if entry.name.isdigit()]
     except OSError:
         return []
     found = []
@@ -341,26 +348,38 @@ def _started(
                 _set_live(group, False)
 
 
+def _group_exists(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _reap(
     proc: subprocess.Popen[str], group: ProcessGroup | None, argv: Sequence[str]
 ) -> resource.struct_rusage:
-    """Wait for the command, end what it left running in its group, and collect it.
+    """Wait for the command, collect it, and end what it left running in its group.
 
-    The leader is left a zombie while its group is ended: until it is collected its pid,
-    which is the group's number, cannot be given to anyone else's group.
+    Almost always the group is empty by then, which one ``killpg(pgid, 0)`` tells. While
+    anything is left in it, its number cannot be given to another group; if everything
+    left ends at this very moment and the number is reused at once, ``members`` sees a
+    leader with another start time and nothing is signalled.
     """
-    if group is not None:
-        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
-        if left := end_groups([group]).get(group.pgid):
-            print(
-                f"kiln: ended {len(left)} process(es) that {quote(argv)} left running "
-                f"(pid {', '.join(map(str, left[:10]))})",
-                file=sys.stderr,
-            )
     # wait4 gives this command's own usage (its whole process tree), where
     # RUSAGE_CHILDREN would mix in every other command of this process.
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    if group is None or not _group_exists(group.pgid):
+        return usage
+    if left := end_groups([group]).get(group.pgid):
+        print(
+            f"kiln: ended {len(left)} process(es) that {quote(argv)} left running "
+            f"(pid {', '.join(map(str, left[:10]))})",
+            file=sys.stderr,
+        )
     return usage
 
 
