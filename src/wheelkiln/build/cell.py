@@ -162,6 +162,8 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
         build_env=environment.path,
     )
     prepend = tool_env.pop("KILN_PATH_PREPEND", None)
+    if "CMAKE_ARGS" in tool_env and env.get("CMAKE_ARGS"):  # the user's or recipe's go first
+        tool_env["CMAKE_ARGS"] = f"{env['CMAKE_ARGS']} {tool_env['CMAKE_ARGS']}"
     env.update(tool_env)
     env.update(options.extra_env)
     env["PATH"] = os.pathsep.join(

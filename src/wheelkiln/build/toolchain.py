@@ -192,6 +192,8 @@ def toolchain_environment(
                     # fails on unresolved symbols leaves a placeholder and ninja goes on
                     # to the rest of the shard's TUs instead of stopping there.
                     env[f"CMAKE_{lang}_LINKER_LAUNCHER"] = front
+            if launch.seat_wrapper:
+                env["CMAKE_ARGS"] = device_link_hook(bin_dir, seat)
         else:
             env["CC"] = str(bin_dir / "cc")
             env["CXX"] = str(bin_dir / "c++")
@@ -224,6 +226,35 @@ def toolchain_environment(
         # job directory for the toolkit ("nvcc not found at '<job>/bin/nvcc'").
         env["CUDA_HOME"] = str(toolkit_home(nvcc))
     return env
+
+
+DEVICE_LINK_HOOK = """\
+# Written by kiln for a shard job (CMAKE_PROJECT_INCLUDE, so it runs after project()).
+# CMake has no launcher for the CUDA device link (nvcc -dlink -> cmake_device_link.o;
+# CMAKE_CUDA_LINKER_LAUNCHER reaches only the host link), so the seat wrapper goes in
+# front of its rule here, and tolerates the device link of stubbed objects as it does
+# the host link. Deferred to the end of the directory as well, for projects that
+# enable CUDA after project().
+function(_kiln_seat_device_link)
+  foreach(rule CMAKE_CUDA_DEVICE_LINK_LIBRARY CMAKE_CUDA_DEVICE_LINK_EXECUTABLE)
+    if(DEFINED ${{rule}} AND NOT "${{${{rule}}}}" MATCHES "kiln-seat")
+      set(${{rule}} "{seat} ${{${{rule}}}}" PARENT_SCOPE)
+    endif()
+  endforeach()
+endfunction()
+_kiln_seat_device_link()
+if(CMAKE_VERSION VERSION_GREATER_EQUAL 3.19)
+  cmake_language(DEFER CALL _kiln_seat_device_link)
+endif()
+"""
+
+
+def device_link_hook(bin_dir: Path, seat: Path) -> str:
+    """Write the CMake file that puts the seat wrapper in front of CUDA device links, and
+    return the ``CMAKE_ARGS`` (read by scikit-build-core) that include it."""
+    hook = bin_dir / "kiln-device-link.cmake"
+    hook.write_text(DEVICE_LINK_HOOK.format(seat=seat.as_posix()))
+    return shlex.join([f"-DCMAKE_PROJECT_INCLUDE={hook.as_posix()}"])
 
 
 def _cuda_home_shim(real_home: Path, shim_home: Path, nvcc_shim: Path) -> Path:

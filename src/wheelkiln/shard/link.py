@@ -34,6 +34,7 @@ from wheelkiln.matrix.cells import Cell
 from wheelkiln.paths import default_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.shard.job import toolchain_fingerprint, versions_for
+from wheelkiln.shard.ledger import compile_ledger
 from wheelkiln.shard.partition import shard_label, tu_key
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, parse_wrapper_log
 
@@ -231,6 +232,8 @@ def run_link(
     if total == 0:
         problems.append("total 0: the cache was never consulted, so no handoff happened")
     missed = _explain_misses(outcome, shard_logs, ccache_log)
+    ledger = compile_ledger(list(outcome.wheel.extensions) if outcome.wheel else [], shard_logs)
+    problems.extend(ledger.problems)
     gate = LinkGateResult(not problems, hits, misses, total, problems, missed)
     record = build_record(
         outcome,
@@ -240,6 +243,7 @@ def run_link(
                 "shards_expected": count,
                 "shards_merged": merged,
                 "gate": {"passed": gate.passed, "problems": problems, "missed": missed},
+                "ledger": ledger.as_dict(),
             }
         },
     )
