@@ -321,3 +321,18 @@ def test_oversized_and_unreadable_files(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_bytes(b'name = "\xff"\n')
     assert error_of_path(path) == f"{path}: not UTF-8 text (byte 8)."
+
+
+def test_names_the_os_refuses_are_recipe_errors(tmp_path: Path) -> None:
+    """A path the file system cannot even look up is named, with the OS's reason (a long
+    path is shown with its middle elided)."""
+    long_name = "a" * 300
+    message = error_of(tmp_path, GOOD.replace('path = "src"', f'path = "{long_name}"'))
+    assert message.startswith(f"{tmp_path / 'pkg.toml'}: key 'source.path': {tmp_path}")
+    assert message.endswith(
+        "aaa is not a directory (unreadable: File name too long). Point it at the package's "
+        "source tree, relative to the recipe file."
+    )
+    message = error_of_path(tmp_path / f"{long_name}.toml")
+    assert message.startswith(str(tmp_path))
+    assert message.endswith("aaa.toml: not a recipe file (unreadable: File name too long).")

@@ -21,7 +21,7 @@ from pathlib import Path
 from wheelkiln import run
 from wheelkiln.errors import RecipeError, SourceError
 from wheelkiln.globs import glob_matches, glob_segments
-from wheelkiln.recipe.load import LoadedRecipe, resolve_inside
+from wheelkiln.recipe.load import LoadedRecipe, path_kind, resolve_inside
 from wheelkiln.recipe.model import BUILD_OUTPUTS, PYPI_SPEC
 
 IGNORED_ANYWHERE = ("*.egg-info", ".git", "__pycache__")
@@ -189,9 +189,9 @@ def fetch_source(loaded: LoadedRecipe, store: Path) -> Path:
     source = loaded.recipe.source
     if source.path is not None:
         tree = loaded.resolve(source.path)
-        if not tree.is_dir():
+        if (kind := path_kind(tree)) != "directory":
             raise SourceError(
-                f"{loaded.path}: source.path {tree} is not a directory.",
+                f"{loaded.path}: source.path {tree} is not a directory ({kind}).",
                 hint="Point source.path at the package, relative to the recipe file.",
             )
     elif source.pypi is not None:
@@ -202,7 +202,7 @@ def fetch_source(loaded: LoadedRecipe, store: Path) -> Path:
         tree = _fetch_git(source.git, source.rev, store)
     if source.subdir:
         package = resolve_inside(tree, source.subdir, tree)
-        if package is None or not package.is_dir():
+        if package is None or path_kind(package) != "directory":
             where = "outside the source tree" if package is None else "to no directory"
             raise RecipeError(
                 f"{loaded.path}: key 'source.subdir': {source.subdir!r} resolves {where} ({tree}).",

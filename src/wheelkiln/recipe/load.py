@@ -7,6 +7,7 @@ import difflib
 import json
 import re
 import reprlib
+import stat
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,6 +114,12 @@ _SHORT.maxlevel = 2
 _SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = 4
 
 
+def _shown(path: Path) -> str:
+    """A path for a message, its middle elided past 1000 characters."""
+    text = str(path)
+    return text if len(text) <= 1000 else f"{text[:500]}...{text[-500:]}"
+
+
 def _toml_type(value: Any) -> str:
     """What a value read from TOML is, in TOML's words."""
     if isinstance(value, bool):
@@ -185,6 +192,20 @@ def project_root(recipe_path: Path) -> Path:
     return directory.parent
 
 
+def path_kind(path: Path) -> str:
+    """'directory', 'file' (regular), 'missing', 'special' (fifo, device, socket), or why
+    the OS would not say (a name too long, a permission refused), following symlinks."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "missing"
+    except (OSError, ValueError) as exc:
+        return f"unreadable: {getattr(exc, 'strerror', None) or exc}"
+    if stat.S_ISDIR(mode):
+        return "directory"
+    return "file" if stat.S_ISREG(mode) else "special"
+
+
 def resolve_inside(base: Path, written: str, root: Path) -> Path | None:
     """*written* read against *base* and resolved, or None when that lands outside *root*."""
     try:
@@ -207,10 +228,10 @@ def _confinement(recipe: Recipe, path: Path) -> list[str]:
                 f"project {root}. Keep the source tree inside the checkout that holds the "
                 "recipe, or move the recipe next to it."
             )
-        elif not tree.is_dir():
+        elif (kind := path_kind(tree)) != "directory":
             problems.append(
-                f"{path}: key 'source.path': {tree} is not a directory. Point it at the "
-                "package's source tree, relative to the recipe file."
+                f"{path}: key 'source.path': {_shown(tree)} is not a directory ({kind}). Point "
+                "it at the package's source tree, relative to the recipe file."
             )
         elif source.subdir is not None:
             package = resolve_inside(tree, source.subdir, tree)
@@ -219,10 +240,10 @@ def _confinement(recipe: Recipe, path: Path) -> list[str]:
                     f"{path}: key 'source.subdir': {source.subdir!r} resolves outside the "
                     f"source tree {tree} (through a symlink). Name a directory inside it."
                 )
-            elif not package.is_dir():
+            elif (kind := path_kind(package)) != "directory":
                 problems.append(
-                    f"{path}: key 'source.subdir': {package} is not a directory. Name the "
-                    "package's directory, relative to source.path."
+                    f"{path}: key 'source.subdir': {_shown(package)} is not a directory "
+                    f"({kind}). Name the package's directory, relative to source.path."
                 )
     partition_map = recipe.sharding.partition_map
     if partition_map is not None:
@@ -233,10 +254,10 @@ def _confinement(recipe: Recipe, path: Path) -> list[str]:
                 f"the recipe's project {root}. Keep the map in the checkout that holds the "
                 "recipe, e.g. beside it."
             )
-        elif mapped.exists() and not mapped.is_file():
+        elif (kind := path_kind(mapped)) not in ("file", "missing"):
             problems.append(
-                f"{path}: key 'sharding.partition_map': {mapped} is not a regular file. "
-                "Point it at the JSON map `kiln shard-plan` writes."
+                f"{path}: key 'sharding.partition_map': {_shown(mapped)} is not a regular "
+                f"file ({kind}). Point it at the JSON map `kiln shard-plan` writes."
             )
     return problems
 
@@ -308,9 +329,11 @@ def parse_recipe(data: dict[str, Any], path: Path) -> Recipe:
 def load_recipe(path: Path | str) -> LoadedRecipe:
     """Load and validate one recipe file."""
     path = Path(path)
-    if not path.is_file():
+    kind = path_kind(path)
+    if kind != "file":
+        what = "no such recipe file" if kind == "missing" else f"not a recipe file ({kind})"
         raise RecipeError(
-            f"{path}: no such recipe file.",
+            f"{_shown(path)}: {what}.",
             hint="Give the path of a recipe TOML file, e.g. recipes/demo-cpp.toml.",
         )
     try:
@@ -350,12 +373,12 @@ def load_recipe(path: Path | str) -> LoadedRecipe:
 def find_recipe(name_or_path: str, search_dirs: list[Path] | None = None) -> LoadedRecipe:
     """Accept a recipe path, or a bare name looked up as recipes/NAME.toml."""
     candidate = Path(name_or_path)
-    if candidate.suffix == ".toml" or candidate.exists():
+    if candidate.suffix == ".toml" or path_kind(candidate) != "missing":
         return load_recipe(candidate)
     dirs = search_dirs or [Path.cwd() / "recipes"]
     for directory in dirs:
         path = directory / f"{name_or_path}.toml"
-        if path.is_file():
+        if path_kind(path) == "file":
             return load_recipe(path)
     known = sorted(p.stem for d in dirs if d.is_dir() for p in d.glob("*.toml"))
     guesses = difflib.get_close_matches(name_or_path, known, n=1, cutoff=0.6)
