@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from wheelkiln import ui
-from wheelkiln.errors import BuildError, GateError, KilnError
+from wheelkiln.errors import BuildError, GateError, KilnError, UsageError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -123,6 +123,21 @@ def _summary_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return table
 
 
+def _verify_line(verify: dict[str, Any] | None) -> str:
+    """The record's ``verify`` part in words: ``contents passed; smoke passed (3.1 s)``."""
+    if not verify:
+        return "not checked"
+    parts = [f"contents {verify['contents']}"] if "contents" in verify else []
+    smoke = verify.get("smoke")
+    if smoke is None:
+        parts.append("smoke not asked for (--smoke)")
+    elif smoke.get("ran"):
+        parts.append(f"smoke passed ({smoke['seconds']:.1f} s)")
+    else:
+        parts.append(f"smoke not run: {smoke['reason']}")
+    return "; ".join(parts)
+
+
 def _cache_line(record: dict[str, Any]) -> str:
     cache = record["cache"]
     if "total" not in cache:
@@ -181,7 +196,8 @@ def _cache_line(record: dict[str, Any]) -> str:
 @click.option(
     "--smoke",
     is_flag=True,
-    help="Install the wheel in a scratch venv and run the recipe's smoke test.",
+    help="Run the recipe's smoke test (or import) in a venv with the wheel, its Requires-Dist "
+    "and [verify] requires; also when the wheel cache serves the build.",
 )
 @click.option(
     "--no-wheel-cache",
@@ -219,10 +235,20 @@ def build(
     """
     from wheelkiln.build.cell import BuildOptions, build_cell
     from wheelkiln.build.record import build_record, publish
-    from wheelkiln.build.verify import check_built_wheel
+    from wheelkiln.build.verify import verify_wheel
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
 
+    _refuse_inapplicable(
+        shards,
+        {
+            "--cache none": cache_name == "none",
+            "--cache-dir": cache_dir is not None,
+            "--recache": recache,
+            "--no-wheel-cache": no_wheel_cache,
+        },
+        {"--filter": mechanism is not None},
+    )
     check_job_locations(out_dir, workdir, cache_dir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
@@ -238,14 +264,21 @@ def build(
         if shards is not None:
             from wheelkiln.executors.local import run_sharded
 
-            report = run_sharded(
-                loaded, chosen, options, shards, out_dir=out_dir, mechanism=mechanism
+            run_sharded(
+                loaded,
+                chosen,
+                options,
+                shards,
+                out_dir=out_dir,
+                mechanism=mechanism,
+                smoke=smoke,
+                on_report=emit_json if as_json else None,
             )
-            if as_json:
-                emit_json(report)
             return
         use_wheel_cache = not (no_wheel_cache or recache)
-        if use_wheel_cache and _serve_from_wheel_cache(loaded, chosen, options, out_dir, as_json):
+        if use_wheel_cache and _serve_from_wheel_cache(
+            loaded, chosen, options, out_dir, as_json, smoke=smoke
+        ):
             return
         outcome = build_cell(loaded, chosen, options)
         record = build_record(outcome, kind="build", extra={"recache": recache})
@@ -255,7 +288,7 @@ def build(
                 f"Building {chosen.id} failed (exit {outcome.exit_code}). Last lines:\n{tail}",
                 hint=f"Full log: {outcome.log_path}",
             )
-        check_built_wheel(outcome, loaded, smoke=smoke)
+        record["verify"] = verify_wheel(outcome, loaded, smoke=smoke)
         record_path = publish(outcome, record, out_dir)
         if use_wheel_cache and outcome.wheel is not None:
             from wheelkiln.build.wheel_cache import WheelCache, outcome_input_digest
@@ -272,12 +305,39 @@ def build(
         ("peak memory", f"{record['peak_rss_bytes'] / 2**20:.0f} MiB"),
         ("cache", _cache_line(record)),
         ("extension modules", str(len(record["extensions"]))),
+        ("verify", _verify_line(record.get("verify"))),
         ("record", str(record_path)),
     ]
     ui.console.print(_summary_table("kiln build", rows))
     missed = record["cache"]["missed_tus"]
     if missed and record["cache"].get("hits", 0):
         ui.info(f"{len(missed)} TU(s) missed the cache: " + escape(", ".join(missed[:10])))
+
+
+def _refuse_inapplicable(
+    shards: int | None, without_shards: dict[str, bool], only_with_shards: dict[str, bool]
+) -> None:
+    """Refuse options that the chosen mode would ignore, instead of ignoring them.
+
+    A sharded build gives each shard job a private cache directory and a fresh cache (so
+    --cache-dir and --recache have nothing to act on), hands over a compiler cache (so it
+    needs one), and never serves from the wheel cache.
+    """
+    if shards is not None:
+        given = [name for name, present in without_shards.items() if present]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} cannot be used with --shards: a sharded build gives each "
+                "shard a private, fresh compiler cache and never uses the wheel cache.",
+                hint="Drop the option, or build unsharded.",
+            )
+    else:
+        given = [name for name, present in only_with_shards.items() if present]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} applies only with --shards N.",
+                hint="Add --shards N, or drop the option.",
+            )
 
 
 @contextmanager
@@ -300,7 +360,7 @@ def builder_lock(timeout: float | None) -> Iterator[None]:
 
 
 def _serve_from_wheel_cache(
-    loaded: Any, cell: Any, options: Any, out_dir: Path, as_json: bool
+    loaded: Any, cell: Any, options: Any, out_dir: Path, as_json: bool, *, smoke: bool
 ) -> bool:
     """Copy the wheel of an earlier build with the same input digest, if there is one."""
     import shutil
@@ -325,6 +385,20 @@ def _serve_from_wheel_cache(
         cpu_seconds=time.process_time() - cpu_started,
         backend=options.cache,
     )
+    if smoke:
+        # The smoke test belongs to this run: a wheel served from the cache is as
+        # deliverable as a built one, and its runtime may have changed since.
+        from wheelkiln.build.verify import smoke_test
+
+        try:
+            ran = smoke_test(target, loaded, cell)
+        except BuildError as exc:
+            exc.hint = (
+                f"The wheel was served from the wheel cache (input digest {hit.digest[:16]}…); "
+                f"--no-wheel-cache rebuilds it. {exc.hint or ''}"
+            ).strip()
+            raise
+        record["verify"] = {**record.get("verify", {}), "smoke": ran}
     if as_json:
         emit_json(record)
     rows = [
@@ -342,6 +416,8 @@ def _serve_from_wheel_cache(
         ),
         ("bypass", "--no-wheel-cache rebuilds through the compiler cache"),
     ]
+    if smoke:
+        rows.append(("verify", _verify_line({"smoke": record["verify"]["smoke"]})))
     ui.console.print(_summary_table("kiln build", rows))
     return True
 
@@ -570,6 +646,12 @@ def archive_limit_options(command: F) -> F:
 )
 @job_options
 @archive_limit_options
+@click.option(
+    "--smoke",
+    is_flag=True,
+    help="Run the recipe's smoke test (or import) in a venv with the linked wheel, its "
+    "Requires-Dist and [verify] requires.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the link record as JSON on stdout.")
 def link(
     recipe_ref: str,
@@ -583,12 +665,15 @@ def link(
     namespace: str | None,
     max_unpacked_size: int | None,
     max_members: int | None,
+    smoke: bool,
     as_json: bool,
 ) -> None:
     """Restore every shard's cache, run the full build, and gate on zero misses.
 
     The gate is a count: misses == 0 and total > 0. Missing or mismatched shards are
-    named; the build still runs and its wheel is kept.
+    named; the build still runs and its wheel is kept. The wheel gets the recipe's
+    [verify] checks, as an unsharded build's does (with --smoke, the smoke test too). A
+    failed full build is a build failure (exit 4) naming the TU and its diagnostic.
     """
     from wheelkiln.cache.archive import ArchiveLimits
     from wheelkiln.matrix.cells import select_cell
@@ -604,7 +689,14 @@ def link(
     options = _common_options(cache_name, loaded, workdir, jobs, namespace)
     with builder_lock(None):
         result = run_link(
-            loaded, chosen, shards_dir, out_dir, options, expected_count=count, limits=limits
+            loaded,
+            chosen,
+            shards_dir,
+            out_dir,
+            options,
+            expected_count=count,
+            limits=limits,
+            smoke=smoke,
         )
     if as_json:
         emit_json(result.record)
@@ -615,6 +707,7 @@ def link(
         ("cache", f"{gate.hits} hits, {gate.misses} misses, total {gate.total}"),
         ("wall", f"{result.outcome.wall_seconds:.1f} s"),
         ("wheel", wheel["path"] if wheel else "none"),
+        ("verify", _verify_line(result.record.get("verify"))),
         ("record", str(result.record_path)),
     ]
     ui.console.print(_summary_table("kiln link", rows))

@@ -29,6 +29,11 @@ def envs_dir() -> Path:
     return kiln_home() / "envs"
 
 
+def smoke_envs_dir() -> Path:
+    """Smoke-test venvs: the build interpreter plus a wheel's runtime requirements."""
+    return kiln_home() / "smoke-envs"
+
+
 def default_cache_dir(backend: str) -> Path:
     return kiln_home() / backend
 

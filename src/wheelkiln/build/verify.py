@@ -1,55 +1,199 @@
-"""Checking a built wheel: the recipe's content rules and, on request, a smoke test run
-by the build environment's interpreter with the wheel installed in front of it."""
+"""Checking a built wheel: the recipe's content rules, no placeholder module, and on
+request a smoke test in an environment of its own.
+
+Every wheel that can be shipped gets the same checks, whichever job made it: an
+unsharded build, the link job of a sharded build, or a wheel served from the wheel cache
+(the smoke test only; its contents were checked when it was stored).
+
+The smoke test does not run in the build environment. A package's runtime dependencies
+are not its build requirements, and adding them there changes the build environment's
+key (a new multi-gigabyte environment for torch, and cache misses for the probes inside
+it). It runs in a venv made from the build interpreter, keyed by that interpreter and by
+what it installs: the wheel's ``Requires-Dist`` and the recipe's ``[verify] requires``.
+The venv is made once under ``$KILN_HOME/smoke-envs/<key>`` and reused; the wheel itself
+goes into a private directory in front of it, so the venv never holds a build's wheel.
+"""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
+import tempfile
+import time
+import zipfile
+from email.parser import HeaderParser
+from pathlib import Path
+from typing import Any
 
 from wheelkiln import run, ui
 from wheelkiln.build.cell import BuildOutcome
-from wheelkiln.build.wheel import check_wheel
+from wheelkiln.build.environment import environment_key, interpreter_for
+from wheelkiln.build.wheel import EMPTY_SHA256, WheelFacts, check_wheel
 from wheelkiln.errors import BuildError
+from wheelkiln.matrix.cells import Cell
+from wheelkiln.paths import smoke_envs_dir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.recipe.model import Verify
+
+OBJECT_MAGIC = (
+    b"\x7fELF",  # Linux
+    b"MZ",  # Windows PE
+    b"\xcf\xfa\xed\xfe",  # Mach-O 64-bit
+    b"\xce\xfa\xed\xfe",  # Mach-O 32-bit
+    b"\xca\xfe\xba\xbe",  # Mach-O universal
+)
+"""How a real shared object starts. A shard job's placeholder (the seat wrapper's output
+for a link it tolerated) is an empty file, so it starts with none of these."""
 
 
-def check_built_wheel(outcome: BuildOutcome, loaded: LoadedRecipe, *, smoke: bool) -> None:
+def verify_wheel(outcome: BuildOutcome, loaded: LoadedRecipe, *, smoke: bool) -> dict[str, Any]:
+    """Check *outcome*'s wheel; return what was checked, for the build record.
+
+    Raises :class:`BuildError` naming the wheel and the failed check.
+    """
     if outcome.wheel is None:
         raise BuildError(
             f"The build of {outcome.cell.id} produced no wheel.",
             hint=f"See the build log: {outcome.log_path}",
         )
-    check_wheel(outcome.wheel, loaded.recipe.verify)
+    check_contents(outcome.wheel, loaded.recipe.verify)
+    result: dict[str, Any] = {
+        "contents": "passed",
+        "extension_modules": list(loaded.recipe.verify.extension_modules),
+    }
+    if smoke:
+        result["smoke"] = smoke_test(outcome.wheel.path, loaded, outcome.cell)
+    return result
+
+
+def check_contents(facts: WheelFacts, verify: Verify) -> None:
+    """The recipe's extension globs, and no placeholder among the wheel's extension modules
+    (whether or not a glob names them)."""
+    check_wheel(facts, verify)
+    with zipfile.ZipFile(facts.path) as wheel:
+        for name, digest in sorted(facts.extensions.items()):
+            with wheel.open(name) as member:
+                head = member.read(4)
+            if digest == EMPTY_SHA256 or not head.startswith(OBJECT_MAGIC):
+                raise BuildError(
+                    f"{facts.path.name}: extension module {name} is not a shared object "
+                    f"({'empty' if digest == EMPTY_SHA256 else 'starts with ' + repr(head)}): "
+                    "a placeholder, such as a shard job writes for a link it could not make.",
+                    hint="A placeholder must never ship. See the build log for the link "
+                    "step of this module.",
+                )
+
+
+def requires_dist(wheel: Path) -> list[str]:
+    """The wheel's ``Requires-Dist`` entries, as written in its METADATA."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = [
+            n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA")
+        ]
+        if len(names) != 1:
+            raise BuildError(
+                f"{wheel.name}: expected one *.dist-info/METADATA, found {len(names)}.",
+                hint="The wheel is malformed; see the build log.",
+            )
+        text = archive.read(names[0]).decode("utf-8", "replace")
+    return [str(value) for value in HeaderParser().parsestr(text).get_all("Requires-Dist", [])]
+
+
+def smoke_test(wheel: Path, loaded: LoadedRecipe, cell: Cell) -> dict[str, Any]:
+    """Install *wheel* in front of its smoke environment and run the recipe's smoke code.
+
+    Returns what ran (for the record); says why when nothing can run. Raises
+    :class:`BuildError` when the smoke code fails.
+    """
     verify = loaded.recipe.verify
-    if not smoke or not (verify.smoke or verify.import_name):
-        return
+    if not (verify.smoke or verify.import_name):
+        reason = f"{loaded.path} has neither [verify] smoke nor [verify] import"
+        ui.warn(f"--smoke: nothing to run: {reason}.")
+        return {"ran": False, "reason": reason}
     code = verify.smoke or f"import {verify.import_name}"
-    # The wheel goes into a private directory in front of the build environment: its
-    # runtime dependencies (torch, numpy, ...) are usually build requirements too, and
-    # a scratch environment would have to download them.
-    target = outcome.job_dir / "smoke-site"
-    shutil.rmtree(target, ignore_errors=True)
-    python = str(outcome.environment.python)
-    with ui.step(f"Smoke-testing {outcome.wheel.path.name}"):
-        run.run(
-            [
-                python,
-                "-m",
-                "pip",
-                "install",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "--target",
-                str(target),
-                str(outcome.wheel.path),
-            ],
-            what="Installing the wheel",
-        )
-        env = {**os.environ, "PYTHONPATH": str(target)}
-        env.pop("PYTHONHOME", None)
-        result = run.run([python, "-c", code], cwd=target, env=env, check=False)
+    requirements = [*requires_dist(wheel), *verify.requires]
+    started = time.perf_counter()
+    with ui.step(f"Smoke-testing {wheel.name}"):
+        python = ensure_smoke_environment(interpreter_for(cell.python), requirements)
+        with tempfile.TemporaryDirectory(prefix="kiln-smoke-") as scratch:
+            target = Path(scratch) / "site"
+            run.run(
+                [
+                    str(python),
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                    "--target",
+                    str(target),
+                    str(wheel),
+                ],
+                what="Installing the wheel for its smoke test",
+            )
+            env = {**os.environ, "PYTHONPATH": str(target)}
+            for name in ("PYTHONHOME", "VIRTUAL_ENV"):
+                env.pop(name, None)
+            result = run.run([str(python), "-c", code], cwd=target, env=env, check=False)
     if result.returncode != 0:
         raise BuildError(
-            f"The smoke test of {outcome.wheel.path.name} failed:\n{result.output.strip()}",
-            hint="The wheel was built but does not work; it was not published.",
+            f"The smoke test of {wheel.name} failed:\n{result.output.strip()}",
+            hint=f"The wheel was built but does not work; it was not published. The smoke "
+            f"environment ({python.parent.parent}) holds: {', '.join(requirements) or 'nothing'} "
+            "(the wheel's Requires-Dist and [verify] requires).",
         )
+    return {
+        "ran": True,
+        "passed": True,
+        "code": code,
+        "requires": requirements,
+        "environment": str(python.parent.parent),
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+def ensure_smoke_environment(interpreter: str, requirements: list[str]) -> Path:
+    """The python of the smoke venv for (*interpreter*, *requirements*), made once.
+
+    Made under a lock, like build environments, and complete only once its record is
+    written: a directory without one is a failed attempt and is made again.
+    """
+    root = smoke_envs_dir()
+    key = environment_key(interpreter, requirements)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / key
+    python = final / "bin" / "python"
+    record = final / "kiln-smoke-env.json"
+    env = dict(os.environ)
+    for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+        env.pop(name, None)
+    with (root / f"{key}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if record.exists():
+            return python
+        shutil.rmtree(final, ignore_errors=True)
+        run.run([interpreter, "-m", "venv", str(final)], env=env, what="Creating a smoke env")
+        try:
+            if requirements:
+                run.run(
+                    [
+                        str(python),
+                        "-m",
+                        "pip",
+                        "install",
+                        "--disable-pip-version-check",
+                        *sorted(set(requirements)),
+                    ],
+                    env=env,
+                    what="Installing the smoke test's requirements (the wheel's Requires-Dist "
+                    "and [verify] requires)",
+                )
+        except BuildError:
+            shutil.rmtree(final, ignore_errors=True)
+            raise
+        record.write_text(
+            json.dumps({"interpreter": interpreter, "requires": sorted(set(requirements))})
+        )
+        return python

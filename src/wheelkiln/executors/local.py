@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ from rich.table import Table
 
 from wheelkiln import run, ui
 from wheelkiln.build.cell import BuildOptions
-from wheelkiln.errors import GateError
+from wheelkiln.errors import GateError, KilnError
 from wheelkiln.matrix.cells import Cell
 from wheelkiln.paths import default_workdir
 from wheelkiln.recipe.load import LoadedRecipe
@@ -85,7 +87,14 @@ def run_sharded(
     out_dir: Path,
     parallel: int | None = None,
     mechanism: str | None = None,
+    smoke: bool = False,
+    on_report: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
+    """Run *count* shard jobs, then the link job; return the report.
+
+    *on_report* sees the report before a failed gate is raised, so that a caller's JSON
+    describes a failed run too (which shard was killed, by which signal).
+    """
     workdir = (options.workdir or default_workdir()).resolve()
     shards_dir = workdir / f"{cell.id}-shards-{count}"
     for old in [*shards_dir.glob("*.tar.gz"), *shards_dir.glob("*.shard.json")]:
@@ -113,10 +122,24 @@ def run_sharded(
             done = future.result()
             label = shard_label(index, count)
             record_path = shards_dir / f"{cell.id}-shard-{index}-of-{count}.shard.json"
-            shard_records[index] = (
-                json.loads(record_path.read_text()) if record_path.exists() else {}
+            status = process_status(done.returncode)
+            # A shard process that died wrote no record (or an old one was removed
+            # above): its row still needs its own index, and the JSON its fate.
+            record: dict[str, Any] = (
+                json.loads(record_path.read_text())
+                if record_path.exists() and done.returncode >= 0
+                else {"shard": {"index": index, "count": count}}
             )
-            if done.returncode != 0:
+            record["process"] = {
+                "exit_code": done.returncode,
+                "signal": signal_name(done.returncode),
+                "status": status,
+            }
+            shard_records[index] = record
+            if done.returncode < 0:
+                failures.append(f"{label}: {status} after {done.wall_seconds:.1f} s")
+                ui.warn(f"{label} was {status}")
+            elif done.returncode != 0:
                 failures.append(f"{label}: " + "\n".join(done.output.strip().splitlines()[-6:]))
                 ui.warn(f"{label} failed its gate")
             else:
@@ -126,20 +149,29 @@ def run_sharded(
                     f"in {done.wall_seconds:.1f} s"
                 )
     shards_wall = time.perf_counter() - started
-    link = run_link(
-        loaded,
-        cell,
-        shards_dir,
-        out_dir,
-        BuildOptions(
-            cache=options.cache,
-            workdir=workdir,
-            jobs=options.jobs,
-            namespace=options.namespace,
-            source_date_epoch=options.source_date_epoch,
-        ),
-        expected_count=count,
-    )
+    try:
+        link = run_link(
+            loaded,
+            cell,
+            shards_dir,
+            out_dir,
+            BuildOptions(
+                cache=options.cache,
+                workdir=workdir,
+                jobs=options.jobs,
+                namespace=options.namespace,
+                source_date_epoch=options.source_date_epoch,
+            ),
+            expected_count=count,
+            smoke=smoke,
+        )
+    except KilnError:
+        # The link job failed outright (its build, or its wheel's checks): the shard
+        # table still says what the shards did, and the error says the rest.
+        ui.console.print(
+            _shard_table(cell, count, [shard_records[i] for i in sorted(shard_records)])
+        )
+        raise
     wall = time.perf_counter() - started
     slowest = max((r.get("wall_seconds", 0.0) for r in shard_records.values()), default=0.0)
     report: dict[str, Any] = {
@@ -157,7 +189,9 @@ def run_sharded(
             "problems": [*failures, *link.gate.problems],
         },
     }
-    _print_report(report)
+    _print_report(report, cell)
+    if on_report is not None:
+        on_report(report)
     if failures or not link.gate.passed:
         raise GateError(
             "The sharded build of "
@@ -169,12 +203,29 @@ def run_sharded(
     return report
 
 
-def _print_report(report: dict[str, Any]) -> None:
-    table = Table(
-        title=f"kiln build --shards {report['count']}: {report['cell']}", title_justify="left"
-    )
+def signal_name(returncode: int) -> str | None:
+    """``SIGKILL`` for a process ended by signal 9 (``returncode`` -9), else None."""
+    if returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def process_status(returncode: int) -> str:
+    """How a shard process ended, in words: ``passed``, ``killed by SIGKILL``, ``exit 5``."""
+    name = signal_name(returncode)
+    if name is not None:
+        return f"killed by {name}"
+    return "passed" if returncode == 0 else f"exit {returncode}"
+
+
+def _shard_table(cell: Cell, count: int, shards: list[dict[str, Any]]) -> Table:
+    table = Table(title=f"kiln build --shards {count}: {cell.id}", title_justify="left")
     for column in (
         "job",
+        "result",
         "compiled",
         "stubbed",
         "probed",
@@ -183,13 +234,20 @@ def _print_report(report: dict[str, Any]) -> None:
         "misses",
         "seconds",
     ):
-        table.add_column(column, justify="left" if column == "job" else "right")
-    for record in report["shards"]:
+        table.add_column(column, justify="left" if column in ("job", "result") else "right")
+    for record in shards:
         shard = record.get("shard", {})
+        process = record.get("process", {})
+        label = shard_label(shard.get("index", 0), shard.get("count", count))
+        if process.get("signal"):
+            # Killed: it recorded nothing, and zeros would read as "compiled nothing".
+            table.add_row(label, process["status"], "-", "-", "-", "-", "", "", "-")
+            continue
         actions = shard.get("actions", {})
         cache = record.get("cache", {})
         table.add_row(
-            shard_label(shard.get("index", 0), shard.get("count", report["count"])),
+            label,
+            process.get("status", ""),
             str(actions.get("compile", 0)),
             str(actions.get("stub", 0)),
             str(actions.get("probe", 0) + actions.get("link-probe-rebuild", 0)),
@@ -198,9 +256,15 @@ def _print_report(report: dict[str, Any]) -> None:
             "",
             f"{record.get('wall_seconds', 0):.1f}",
         )
+    return table
+
+
+def _print_report(report: dict[str, Any], cell: Cell) -> None:
+    table = _shard_table(cell, report["count"], report["shards"])
     link = report["link"]
     table.add_row(
         "link",
+        "passed" if link["link"]["gate"]["passed"] else "gate failed",
         "",
         "",
         "",

@@ -5,7 +5,13 @@ The gate is a count, not a ratio: **zero misses and total > 0**. One miss can be
 470-second TU; a 94% hit rate once hid four shards built for the wrong architecture.
 Total 0 means the cache was never consulted, i.e. nothing was handed over. A missing
 or mismatched shard still lets the build run (missing entries recompile, slowly but
-correctly) and still fails the gate, naming the shard. The wheel is kept either way.
+correctly) and still fails the gate, naming the shard; its wheel is kept.
+
+Two failures are not gate verdicts. A full build that fails is a build failure
+(:class:`BuildError`, naming the TU and the compiler's diagnostic): there is no wheel,
+and the counters of a build that stopped half-way say nothing. A wheel that fails the
+recipe's ``[verify]`` checks, which every shippable wheel gets, is not copied to the
+output directory.
 """
 
 from __future__ import annotations
@@ -14,12 +20,13 @@ import re
 import shlex
 import shutil
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from wheelkiln.build.cell import BuildOptions, BuildOutcome, build_cell, job_directory
 from wheelkiln.build.record import build_record, publish
+from wheelkiln.build.verify import verify_wheel
 from wheelkiln.cache.archive import (
     EXTRA_PREFIX,
     MANIFEST,
@@ -29,13 +36,16 @@ from wheelkiln.cache.archive import (
     inspect_archive,
     member_label,
 )
-from wheelkiln.errors import UsageError
+from wheelkiln.cache.launch import parse_compiler_args
+from wheelkiln.errors import BuildError, UsageError
 from wheelkiln.matrix.cells import Cell
 from wheelkiln.paths import default_workdir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.shard.gate import find_diagnostics
 from wheelkiln.shard.job import toolchain_fingerprint, versions_for
 from wheelkiln.shard.ledger import compile_ledger
 from wheelkiln.shard.partition import shard_label, tu_key
+from wheelkiln.shard.wrapper import PROBE_MARKERS
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, parse_wrapper_log
 
 ARCHIVE = re.compile(r"^(?P<cell>.+)-shard-(?P<index>\d+)-of-(?P<count>\d+)\.tar\.gz$")
@@ -151,6 +161,7 @@ def run_link(
     *,
     expected_count: int | None = None,
     limits: ArchiveLimits | None = None,
+    smoke: bool = False,
 ) -> LinkResult:
     workdir = (options.workdir or default_workdir()).resolve()
     job_dir = job_directory(workdir, cell, "link")
@@ -226,7 +237,30 @@ def run_link(
     hits, misses = (stats.hits, stats.misses) if stats is not None else (0, 0)
     total = hits + misses
     if outcome.exit_code != 0:
-        problems.append(f"the full build failed (exit {outcome.exit_code}); see {outcome.log_path}")
+        # A failed full build is a build failure, not a gate verdict: there is no wheel
+        # to keep, and the counters of a build that stopped half-way say nothing.
+        failure = link_build_failure(outcome, problems)
+        record = build_record(
+            outcome,
+            kind="link",
+            extra={
+                "link": {
+                    "shards_expected": count,
+                    "shards_merged": merged,
+                    "build_failure": failure.message,
+                    "gate": {
+                        "passed": False,
+                        "problems": [
+                            *problems,
+                            f"the full build failed (exit {outcome.exit_code})",
+                        ],
+                        "missed": [],
+                    },
+                }
+            },
+        )
+        publish(outcome, record, out_dir)
+        raise failure
     if misses:
         problems.append(f"{misses} cache miss(es): the shards did not hand over every TU")
     if total == 0:
@@ -247,8 +281,99 @@ def run_link(
             }
         },
     )
+    # The link job's wheel is the deliverable: it gets every check an unsharded build's
+    # wheel gets. One that fails them stays in the job directory, out of --out.
+    try:
+        record["verify"] = verify_wheel(outcome, loaded, smoke=smoke)
+    except BuildError as exc:
+        record["verify"] = {"passed": False, "problem": exc.message}
+        if outcome.wheel is not None:
+            record["wheel"]["path"] = str(outcome.wheel.path)
+            exc.hint = (
+                f"The wheel stays at {outcome.wheel.path} and was not copied to {out_dir}. "
+                + (exc.hint or "")
+            ).strip()
+        publish(replace(outcome, wheel=None), record, out_dir)
+        raise
     record_path = publish(outcome, record, out_dir)
     return LinkResult(outcome, gate, record, record_path)
+
+
+_NINJA_PROGRESS = re.compile(r"^\s*\[\d+/\d+\]\s*")
+
+
+def _compile_source(line: str) -> str | None:
+    """The source file of *line* when it is one compile command (``cc ... -c a.c``)."""
+    if " -c " not in line:
+        return None
+    try:
+        argv = shlex.split(_NINJA_PROGRESS.sub("", line))
+    except ValueError:
+        return None
+    if len(argv) < 3:
+        return None
+    parsed = parse_compiler_args(argv[0], argv[1:])
+    return parsed.sources[0] if parsed.is_tu else None
+
+
+def stopping_compile(build_log: str) -> tuple[str | None, list[str]] | None:
+    """The compile whose error stopped the build: (its TU, its diagnostic lines).
+
+    setuptools and verbose ninja print each compile command, and ninja prints a failed
+    one after ``FAILED:``, so a diagnostic belongs to the last command printed before it
+    (the TU is None when none was). A failing compile that stops the build is the last
+    command in the log. Diagnostics followed by another compile command were an answer,
+    not the end (a build-system probe that failed on purpose, as pybind11's flag checks
+    and CMake's try_compile do), so they are dropped. None when the log ends without a
+    diagnostic after its last compile command.
+    """
+    tu: str | None = None
+    diagnostics: list[str] = []
+    for line in build_log.splitlines():
+        source = _compile_source(line)
+        if source is not None:
+            tu, diagnostics = source, []
+            continue
+        found = find_diagnostics(line, limit=1)
+        if found:
+            diagnostics.append(found[0])
+    if not diagnostics or (tu is not None and any(marker in tu for marker in PROBE_MARKERS)):
+        return None
+    return tu, diagnostics
+
+
+def _display_path(path: str, tree: Path) -> str:
+    try:
+        return Path(path).relative_to(tree).as_posix()
+    except ValueError:
+        return path
+
+
+def link_build_failure(outcome: BuildOutcome, problems: list[str]) -> BuildError:
+    """The error for a link job whose full build failed, naming the TU and its diagnostic."""
+    others = "".join(f"\nAlso: {problem}." for problem in problems)
+    hint = (
+        f"No wheel was made. Full log: {outcome.log_path}. Fix the error, then run the "
+        f"shard jobs and the link job again from the same source.{others}"
+    )
+    stopped = stopping_compile(outcome.log_text)
+    if stopped is None:
+        tail = "\n".join(outcome.log_text.splitlines()[-25:])
+        return BuildError(
+            f"The link job's full build of {outcome.cell.id} failed (exit "
+            f"{outcome.exit_code}) with no compiler diagnostic. Last lines:\n{tail}",
+            hint=hint,
+            log_path=str(outcome.log_path),
+        )
+    tu, lines = stopped
+    where = f" compiling {_display_path(tu, outcome.tree)}" if tu else ""
+    shown = "\n".join(f"  {line}" for line in lines[:3])
+    return BuildError(
+        f"The link job's full build of {outcome.cell.id} failed (exit {outcome.exit_code})"
+        f"{where}:\n{shown}",
+        hint=hint,
+        log_path=str(outcome.log_path),
+    )
 
 
 def _explain_misses(

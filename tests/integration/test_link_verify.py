@@ -1,0 +1,268 @@
+"""The sharded wheel is a deliverable: the link job builds it, names a compile error as a
+build failure, checks it as an unsharded build's wheel is checked, and smoke-tests it in
+an environment with its runtime dependencies. Also: a killed shard is named with its
+signal, and a wheel served from the wheel cache is still smoke-tested.
+
+A small setuptools C package written per test keeps these fast; its runtime dependency
+and its test-only requirement are pure-Python wheels made here, installed by file URL,
+so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Kiln
+
+pytestmark = pytest.mark.compile
+
+CELL = "kiln-tiny-py3.11-linux-x86_64"
+WHEEL = "kiln_tiny-1.0-cp311-cp311-linux_x86_64.whl"
+
+# Three TUs, one extension module: answer() = 40 + 1 + 1 when every TU is linked.
+SOURCES = {
+    "csrc/module.c": """\
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+int part_b(void);
+int part_c(void);
+static PyObject *answer(PyObject *self, PyObject *args) {
+    return PyLong_FromLong(40 + part_b() + part_c());
+}
+static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, "the answer"}, {0}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", 0, -1, methods};
+PyMODINIT_FUNC PyInit__native(void) { return PyModule_Create(&module); }
+""",
+    "csrc/b.c": "int part_b(void) { return 1; }\n",
+    "csrc/c.c": "int part_c(void) { return 1; }\n",
+}
+
+
+def pure_wheel(directory: Path, name: str, body: str) -> Path:
+    """A pure-Python wheel of one module, written by hand (no build, no network)."""
+    path = directory / f"{name}-1.0-py3-none-any.whl"
+    files = {
+        f"{name}.py": body,
+        f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
+        f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\n"
+        "Root-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = "".join(f"{member},,\n" for member in files) + f"{name}-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+        wheel.writestr(f"{name}-1.0.dist-info/RECORD", record)
+    return path
+
+
+def tiny_package(
+    root: Path, *, dependencies: tuple[str, ...] = (), init: str = "from ._native import answer\n"
+) -> Path:
+    tree = root / "kiln-tiny"
+    for relative, text in {
+        **SOURCES,
+        # The same build requirements as demo-cpp: the session's build environment serves.
+        "pyproject.toml": '[build-system]\nrequires = ["setuptools>=64", "pybind11>=2.12"]\n'
+        'build-backend = "setuptools.build_meta"\n\n[project]\nname = "kiln-tiny"\n'
+        f'version = "1.0"\ndependencies = {json.dumps(list(dependencies))}\n',
+        "setup.py": "from setuptools import Extension, setup\n"
+        "setup(package_dir={'': 'src'}, packages=['kiln_tiny'], ext_modules=[Extension("
+        "'kiln_tiny._native', ['csrc/module.c', 'csrc/b.c', 'csrc/c.c'])])\n",
+        "src/kiln_tiny/__init__.py": init,
+    }.items():
+        path = tree / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return tree
+
+
+def tiny_recipe(tree: Path, directory: Path, *, verify: str) -> Path:
+    path = directory / "kiln-tiny.toml"
+    path.write_text(
+        f'name = "kiln-tiny"\n[source]\npath = "{tree}"\n[build]\nfrontend = "pip"\n'
+        '[matrix]\npython = ["3.11"]\nplatforms = ["linux-x86_64"]\nlinks_torch = false\n'
+        '[sharding]\ncount = 3\nfilter = "seat"\nplatforms = ["linux-x86_64"]\n'
+        f"[verify]\n{verify}\n"
+    )
+    return path
+
+
+def _shard_all(kiln: Kiln, recipe: Path, tmp_path: Path, count: int) -> Path:
+    shards = tmp_path / "shards"
+    for index in range(count):
+        kiln("shard", recipe, "--index", str(index), "--count", str(count), "--out", shards,
+             "--workdir", tmp_path / "work")
+    return shards
+
+
+def test_compile_error_in_the_link_build_is_a_build_failure_naming_the_tu(
+    kiln: Kiln, tmp_path: Path
+) -> None:
+    tree = tiny_package(tmp_path)
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    shards = _shard_all(kiln, recipe, tmp_path, 1)
+    # The source changes between the shard jobs and the link job.
+    (tree / "csrc" / "c.c").write_text("int part_c(void) { return 1 }\n")
+    result = kiln("link", recipe, "--shards", shards, "--out", tmp_path / "dist",
+                  "--workdir", tmp_path / "work", check=False)
+    message = " ".join(result.stderr.split())
+    assert result.returncode == 4, result.stderr
+    assert f"error: The link job's full build of {CELL} failed (exit 1) compiling csrc/c.c:" in message
+    # gcc quotes with ' or with ‘’, depending on the locale
+    assert re.search(r"csrc/c\.c:1:28: error: expected .;. before .}. token", message), message
+    assert "No wheel was made." in message
+    assert "gate" not in message and "The wheel was kept" not in message
+    assert "Traceback" not in result.stderr
+    record = json.loads((tmp_path / "dist" / f"{CELL}.link.json").read_text())
+    assert record["wheel"] is None and record["exit_code"] == 1
+    assert record["link"]["build_failure"].startswith(f"The link job's full build of {CELL} failed")
+
+
+def test_link_wheel_missing_a_declared_module_fails_verification(kiln: Kiln, tmp_path: Path) -> None:
+    tree = tiny_package(tmp_path)
+    recipe = tiny_recipe(
+        tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so", "kiln_tiny/_extra*.so"]'
+    )
+    result = kiln("build", recipe, "--shards", "2", "--out", tmp_path / "dist",
+                  "--workdir", tmp_path / "work", check=False)
+    message = " ".join(result.stderr.split())
+    assert result.returncode == 4, result.stderr
+    assert (
+        f"error: {WHEEL}: no extension module matches verify.extension_modules 'kiln_tiny/_extra*.so'. "
+        "Extension modules in the wheel: kiln_tiny/_native.cpython-311-x86_64-linux-gnu.so." in message
+    )
+    assert f"was not copied to {tmp_path / 'dist'}" in message
+    assert not list((tmp_path / "dist").glob("*.whl")), "a wheel failing [verify] is not published"
+    record = json.loads((tmp_path / "dist" / f"{CELL}.link.json").read_text())
+    assert record["verify"]["passed"] is False
+    assert Path(record["wheel"]["path"]).is_file(), "the wheel is kept in the link job's directory"
+    assert record["link"]["gate"]["passed"], "the handoff itself was fine"
+
+
+def test_smoke_runs_with_runtime_and_test_requirements_after_link_build_and_cache_hit(
+    kiln: Kiln, tmp_path: Path
+) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    runtime = pure_wheel(wheels, "kiln_runtime_dep", "OFFSET = 0\n")
+    test_only = pure_wheel(wheels, "kiln_test_dep", "EXPECTED = 42\n")
+    # __init__ imports a runtime dependency that is no build requirement.
+    tree = tiny_package(
+        tmp_path,
+        dependencies=(f"kiln_runtime_dep @ {runtime.as_uri()}",),
+        init="import kiln_runtime_dep\nfrom ._native import answer as _answer\n"
+        "def answer():\n    return _answer() + kiln_runtime_dep.OFFSET\n",
+    )
+    smoke = (
+        "import os, kiln_tiny, kiln_test_dep; "
+        "assert os.environ.get('KILN_TEST_BREAK_SMOKE') != '1', 'broken on purpose'; "
+        "assert kiln_tiny.answer() == kiln_test_dep.EXPECTED, kiln_tiny.answer()"
+    )
+    recipe = tiny_recipe(
+        tree,
+        tmp_path,
+        verify=f'import = "kiln_tiny"\nextension_modules = ["kiln_tiny/_native*.so"]\n'
+        f"smoke = {json.dumps(smoke)}\nrequires = [{json.dumps('kiln_test_dep @ ' + test_only.as_uri())}]",
+    )
+    requires = [f"kiln-runtime-dep @ {runtime.as_uri()}", f"kiln_test_dep @ {test_only.as_uri()}"]
+
+    # The link job of a sharded build (the deliverable), smoke-tested.
+    report = kiln.json("build", recipe, "--shards", "2", "--smoke", "--out", tmp_path / "sharded",
+                       "--workdir", tmp_path / "work")
+    link_smoke = report["link"]["verify"]["smoke"]
+    assert link_smoke["ran"] and link_smoke["passed"] and link_smoke["requires"] == requires
+
+    # An unsharded build, then the same inputs served from the wheel cache: smoke runs both times.
+    def build(out: str, **env: str) -> subprocess.CompletedProcess[str]:
+        return kiln("build", recipe, "--smoke", "--json", "--out", tmp_path / out,
+                    "--workdir", tmp_path / "work", "--cache-dir", tmp_path / "ccache",
+                    env=env, check=False)
+
+    cold = build("cold")
+    assert cold.returncode == 0, cold.stderr
+    cold_record = json.loads(cold.stdout)
+    assert cold_record["verify"]["smoke"]["ran"] and "wheel_cache" not in cold_record
+    hit = build("hit")
+    assert hit.returncode == 0, hit.stderr
+    hit_record = json.loads(hit.stdout)
+    assert hit_record["wheel_cache"]["hit"]
+    assert hit_record["verify"]["smoke"]["ran"] and hit_record["verify"]["smoke"]["passed"]
+    assert hit_record["verify"]["smoke"]["environment"] == link_smoke["environment"], "one cached env"
+    # Proof that the smoke code really runs on a wheel-cache hit: break it, and the hit fails.
+    broken = build("broken", KILN_TEST_BREAK_SMOKE="1")
+    assert broken.returncode == 4, broken.stderr
+    assert f"error: The smoke test of {WHEEL} failed" in broken.stderr
+    assert "AssertionError: broken on purpose" in broken.stderr
+    assert "the wheel cache" in broken.stderr, "it was served from the wheel cache"
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def test_a_killed_shard_is_named_with_its_signal(kiln: Kiln, tmp_path: Path) -> None:
+    tree = tiny_package(tmp_path)
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    argv = [sys.executable, "-m", "wheelkiln", "build", str(recipe), "--shards", "3", "--json",
+            "--out", str(tmp_path / "dist"), "--workdir", str(tmp_path / "work")]
+    proc = subprocess.Popen(argv, env=kiln.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True)
+    shard_process = None
+    deadline = time.monotonic() + 120
+    while shard_process is None and proc.poll() is None and time.monotonic() < deadline:
+        for pid in _descendants(proc.pid):
+            words = _cmdline(pid)
+            if "shard" in words and words[words.index("--index") + 1 : words.index("--index") + 2] == ["1"]:
+                shard_process = pid
+                os.kill(pid, signal.SIGKILL)
+                break
+        time.sleep(0.02)
+    stdout, stderr = proc.communicate(timeout=600)
+    # The killed shard's own build ran on as an orphan; end it (only what this test started).
+    for pid in [p for p in Path("/proc").iterdir() if p.name.isdigit()]:
+        if any(str(tmp_path) in word for word in _cmdline(int(pid.name))):
+            with contextlib.suppress(OSError):
+                os.kill(int(pid.name), signal.SIGKILL)
+    assert shard_process is not None, "shard 2/3 was never seen running"
+    message = " ".join(stderr.split())
+    assert proc.returncode == 5, stderr
+    assert "shard 2/3 was killed by SIGKILL" in message
+    assert "- shard 2/3: killed by SIGKILL after" in message
+    report: dict[str, Any] = json.loads(stdout)
+    killed = report["shards"][1]
+    assert killed["shard"] == {"index": 1, "count": 3}
+    assert killed["process"] == {"exit_code": -9, "signal": "SIGKILL", "status": "killed by SIGKILL"}
+    assert [s["process"]["status"] for s in report["shards"]] == ["passed", "killed by SIGKILL", "passed"]
+    assert "shard 2/3 is missing" in " ".join(report["gate"]["problems"])

@@ -1,0 +1,178 @@
+"""The link job's failures and checks, piece by piece: which compile stopped a full build,
+how a killed shard is named, what makes a wheel's module a placeholder, what a smoke
+environment installs, and which `kiln build` options a sharded build refuses."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from wheelkiln.build.verify import check_contents, requires_dist
+from wheelkiln.build.wheel import inspect_wheel
+from wheelkiln.errors import BuildError
+from wheelkiln.executors.local import process_status, signal_name
+from wheelkiln.recipe.model import Verify
+from wheelkiln.shard.link import stopping_compile
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = "/tmp/kh/envs/7349ce83b28948a7"
+
+# A link job's pip -v log: a pybind11 flag probe fails on purpose, the build goes on,
+# then a generated TU fails and setuptools stops (from a real run, shortened).
+SETUPTOOLS_LOG = f"""\
+  running build_ext
+  gcc -fPIC -c flagcheck.cpp -o flagcheck.o -std=c++23
+  cc1plus: error: unrecognized command-line option '-std=c++23'
+  gcc -fPIC -c flagcheck.cpp -o flagcheck.o -std=c++17
+  building 'demo_cpp._core' extension
+  /w/kiln-bin/cc -O3 -fPIC -Icsrc/include -I{ENV}/include -c csrc/core/dispatch.cpp -o build/t/dispatch.o
+  /w/kiln-bin/cc -O3 -fPIC -Icsrc/include -I{ENV}/include -c csrc/generated/core/core_t03.cpp -o build/t/core_t03.o
+  In file included from csrc/generated/core/core_t03.cpp:2:
+  csrc/generated/core/core_t03.cpp:48:15: error: expected primary-expression before 'return'
+     48 | int broken( {{ return 0; }}
+        |               ^~~~~~
+  csrc/generated/core/core_t03.cpp:48:25: error: expected declaration before '}}' token
+  error: command '/w/kiln-bin/cc' failed with exit code 1
+  error: subprocess-exited-with-error
+"""
+
+# CMake + ninja: a failed compile is printed after FAILED:, with its absolute source.
+NINJA_LOG = """\
+[1/4] Building CXX object CMakeFiles/_m.dir/src/a.cpp.o
+[2/4] Building CUDA object CMakeFiles/_m.dir/src/k.cu.o
+FAILED: CMakeFiles/_m.dir/src/k.cu.o
+/usr/bin/ccache /usr/local/cuda/bin/nvcc -DX=1 -O3 -x cu -c /w/cell-link/src/src/k.cu -o CMakeFiles/_m.dir/src/k.cu.o
+/w/cell-link/src/src/k.cu(12): error: identifier "undefined_thing" is undefined
+1 error detected in the compilation of "/w/cell-link/src/src/k.cu".
+ninja: build stopped: subcommand failed.
+"""
+
+
+def test_the_compile_that_stopped_a_setuptools_build_is_named_not_the_probe() -> None:
+    assert stopping_compile(SETUPTOOLS_LOG) == (
+        "csrc/generated/core/core_t03.cpp",
+        [
+            "csrc/generated/core/core_t03.cpp:48:15: error: expected primary-expression before 'return'",
+            "csrc/generated/core/core_t03.cpp:48:25: error: expected declaration before '}' token",
+        ],
+    )
+
+
+def test_the_failed_ninja_compile_is_named_with_its_nvcc_diagnostic() -> None:
+    assert stopping_compile(NINJA_LOG) == (
+        "/w/cell-link/src/src/k.cu",
+        ['/w/cell-link/src/src/k.cu(12): error: identifier "undefined_thing" is undefined'],
+    )
+
+
+def test_a_probe_failure_the_build_went_past_names_no_tu() -> None:
+    # The build failed later without a compiler diagnostic (a link, say): the probe's
+    # error was an answer and must not be blamed.
+    log = SETUPTOOLS_LOG.split("  building")[0] + "  /usr/bin/ld: cannot find -lfoo\n"
+    assert stopping_compile(log) is None
+
+
+def test_a_cmake_probe_is_never_the_stopping_compile() -> None:
+    log = (
+        "/usr/bin/c++ -c /w/build/CMakeFiles/CMakeScratch/TryCompile-ab/src.cxx -o src.o\n"
+        "/w/build/CMakeFiles/CMakeScratch/TryCompile-ab/src.cxx:1:10: fatal error: x.h: No such file\n"
+    )
+    assert stopping_compile(log) is None
+
+
+@pytest.mark.parametrize(
+    ("returncode", "name", "status"),
+    [
+        (-signal.SIGKILL, "SIGKILL", "killed by SIGKILL"),
+        (-signal.SIGTERM, "SIGTERM", "killed by SIGTERM"),
+        (0, None, "passed"),
+        (5, None, "exit 5"),
+    ],
+)
+def test_a_shard_process_status_names_its_signal(returncode: int, name: str | None, status: str) -> None:
+    assert signal_name(returncode) == name
+    assert process_status(returncode) == status
+
+
+ELF = b"\x7fELF\x02\x01\x01" + bytes(64)
+
+
+def _wheel(tmp_path: Path, members: dict[str, bytes], requires: tuple[str, ...] = ()) -> Path:
+    path = tmp_path / "pkg-1.0-cp311-cp311-linux_x86_64.whl"
+    metadata = "Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, data in members.items():
+            wheel.writestr(name, data)
+        wheel.writestr("pkg-1.0.dist-info/METADATA", metadata)
+    return path
+
+
+def test_a_complete_wheel_passes_its_content_checks(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path, {"pkg/_a.cpython-311-x86_64-linux-gnu.so": ELF, "pkg/__init__.py": b""})
+    check_contents(inspect_wheel(wheel), Verify(extension_modules=("pkg/_a*.so",)))
+
+
+def test_a_declared_module_missing_from_the_wheel_is_named(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path, {"pkg/_a.cpython-311-x86_64-linux-gnu.so": ELF})
+    with pytest.raises(BuildError) as caught:
+        check_contents(inspect_wheel(wheel), Verify(extension_modules=("pkg/_a*.so", "pkg/_b*.so")))
+    assert caught.value.message == (
+        "pkg-1.0-cp311-cp311-linux_x86_64.whl: no extension module matches "
+        "verify.extension_modules 'pkg/_b*.so'. Extension modules in the wheel: "
+        "pkg/_a.cpython-311-x86_64-linux-gnu.so."
+    )
+
+
+@pytest.mark.parametrize(("data", "why"), [(b"", "empty"), (b"not an object", "starts with b'not '")])
+def test_a_placeholder_module_fails_even_when_no_glob_names_it(tmp_path: Path, data: bytes, why: str) -> None:
+    wheel = _wheel(tmp_path, {"pkg/_a.so": ELF, "pkg/_placeholder.cpython-311-x86_64-linux-gnu.so": data})
+    with pytest.raises(BuildError) as caught:
+        check_contents(inspect_wheel(wheel), Verify(extension_modules=("pkg/_a*.so",)))
+    assert caught.value.message.startswith(
+        f"pkg-1.0-cp311-cp311-linux_x86_64.whl: extension module "
+        f"pkg/_placeholder.cpython-311-x86_64-linux-gnu.so is not a shared object ({why}): a placeholder"
+    )
+
+
+def test_requires_dist_is_read_from_the_wheel_metadata(tmp_path: Path) -> None:
+    wheel = _wheel(tmp_path, {}, requires=("packaging>=20", 'pytest; extra == "test"'))
+    assert requires_dist(wheel) == ["packaging>=20", 'pytest; extra == "test"']
+
+
+def _kiln(tmp_path: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    env = {"KILN_HOME": str(tmp_path / "home"), "KILN_STATE_HOME": str(tmp_path / "state"),
+           "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "wheelkiln", *map(str, args)], capture_output=True,
+                          text=True, env=env, cwd=tmp_path, check=False, stdin=subprocess.DEVNULL)
+
+
+REFUSED_WITH_SHARDS = {
+    "--cache-dir": ["--cache-dir", "c"],
+    "--recache": ["--recache"],
+    "--no-wheel-cache": ["--no-wheel-cache"],
+    "--cache none": ["--cache", "none"],
+}
+
+
+@pytest.mark.parametrize("option", sorted(REFUSED_WITH_SHARDS))
+def test_build_refuses_an_option_that_does_not_apply_with_shards(tmp_path: Path, option: str) -> None:
+    result = _kiln(tmp_path, "build", ROOT / "recipes" / "demo-cpp.toml", "--shards", "2",
+                   *REFUSED_WITH_SHARDS[option])
+    assert result.returncode == 2, result.stderr
+    message = " ".join(result.stderr.split())
+    assert f"error: {option} cannot be used with --shards: a sharded build gives each shard" in message
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "home").exists(), "refused before any work"
+
+
+def test_build_refuses_filter_without_shards(tmp_path: Path) -> None:
+    result = _kiln(tmp_path, "build", ROOT / "recipes" / "demo-cpp.toml", "--filter", "seat")
+    assert result.returncode == 2, result.stderr
+    assert "error: --filter applies only with --shards N." in " ".join(result.stderr.split())
