@@ -176,3 +176,37 @@ def test_build_refuses_filter_without_shards(tmp_path: Path) -> None:
     result = _kiln(tmp_path, "build", ROOT / "recipes" / "demo-cpp.toml", "--filter", "seat")
     assert result.returncode == 2, result.stderr
     assert "error: --filter applies only with --shards N." in " ".join(result.stderr.split())
+
+
+RECIPE_WITH_VERIFY = """\
+name = "pkg"
+[source]
+path = "."
+[matrix]
+python = ["3.11"]
+[verify]
+import = "pkg"
+"""
+
+
+@pytest.mark.parametrize(
+    ("requires", "problem"),
+    [
+        ('"pytest"', "key 'verify.requires': expected an array, got a string"),
+        ('["--index-url=http://evil"]', "key 'verify.requires[0]': must not start with '-'"),
+        ("[3]", "key 'verify.requires[0]': expected a string, got an integer"),
+    ],
+)
+def test_verify_requires_is_a_checked_list_of_requirements(
+    tmp_path: Path, requires: str, problem: str
+) -> None:
+    from wheelkiln.errors import RecipeError
+    from wheelkiln.recipe.load import load_recipe
+
+    path = tmp_path / "pkg.toml"
+    path.write_text(RECIPE_WITH_VERIFY + f"requires = {requires}\n")
+    with pytest.raises(RecipeError) as caught:
+        load_recipe(path)
+    assert caught.value.message.startswith(f"{path}: {problem}")
+    path.write_text(RECIPE_WITH_VERIFY + 'requires = ["pytest>=8", "dep @ file:///w/dep.whl"]\n')
+    assert load_recipe(path).recipe.verify.requires == ("pytest>=8", "dep @ file:///w/dep.whl")

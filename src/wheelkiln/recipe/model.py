@@ -357,7 +357,7 @@ class Verify(_Model):
     """Globs of extension modules the wheel must contain, e.g. 'pkg/*.so'."""
     smoke: Annotated[str, StringConstraints(max_length=SMOKE_MAX), _NO_NUL] | None = None
     """Python code run after installing the wheel; it must exit 0."""
-    requires: tuple[str, ...] = ()
+    requires: tuple[Argument, ...] = _array()
     """Test-only requirements of the smoke test (PEP 508), installed into the smoke
     environment beside the wheel's own Requires-Dist; never into the build environment."""
 
