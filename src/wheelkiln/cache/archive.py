@@ -213,9 +213,10 @@ def _refusal(member: tarfile.TarInfo, root: str) -> str | None:
         return "a fifo"
     if not (member.isfile() or member.isdir()):
         return f"a special file (tar type {member.type!r})"
-    if name == MANIFEST and member.isfile():
-        pass
-    elif parts[0] not in (CACHE_PREFIX, EXTRA_PREFIX) or (len(parts) == 1 and member.isfile()):
+    in_layout = (name == MANIFEST and member.isfile()) or (
+        parts[0] in (CACHE_PREFIX, EXTRA_PREFIX) and (len(parts) > 1 or member.isdir())
+    )
+    if not in_layout:
         return f"outside {MANIFEST}, {CACHE_PREFIX}/ and {EXTRA_PREFIX}/"
     # The resolved destination: the standard library's data filter (PEP 706) resolves
     # the path (following any symlink already on disk) and refuses anything outside root.
