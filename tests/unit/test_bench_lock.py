@@ -116,8 +116,37 @@ def test_the_lock_lives_in_kiln_home_whatever_the_state_home(
     assert first.path == second.path == tmp_path / "home" / "builder.lock"
     with first:
         assert not second.try_acquire()
+        assert second.path == tmp_path / "home" / "builder.lock"  # the one that is held
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "other-home"))
     assert BuilderLock().path == tmp_path / "other-home" / "builder.lock"
+
+
+def test_one_state_home_still_means_one_build_at_a_time_and_both_or_neither(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Builds in two KILN_HOMEs that record into one state home measure each other."""
+    monkeypatch.setenv("KILN_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home-a"))
+    first = BuilderLock(command="kiln bench a")
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home-b"))
+    second = BuilderLock()
+    assert second.paths == [tmp_path / "home-b" / "builder.lock",
+                            tmp_path / "state" / "builder.lock"]
+    with first:
+        with pytest.raises(LockBusyError) as caught:
+            second.acquire(timeout=0)
+        assert caught.value.message.startswith(
+            f"Another build holds the builder lock {tmp_path / 'state' / 'builder.lock'}: pid "
+        )
+        assert "kiln bench a" in caught.value.message
+        # Refused, it holds nothing: home-b's own lock is free for a build of home-b alone.
+        alone = BuilderLock(tmp_path / "home-b" / "builder.lock")
+        assert alone.try_acquire()
+        alone.release()
+    assert second.try_acquire()
+    assert json.loads((tmp_path / "state" / "builder.lock").read_text())["pid"] == os.getpid()
+    assert json.loads((tmp_path / "home-b" / "builder.lock").read_text())["pid"] == os.getpid()
+    second.release()
 
 
 def _demo_recipe(tmp_path: Path) -> Path:
@@ -212,3 +241,11 @@ def test_an_unwritable_kiln_home_is_a_clear_error(
         BuilderLock().try_acquire()
     assert str(blocker / "home" / "builder.lock") in caught.value.message
     assert caught.value.hint == "Set KILN_HOME to a writable directory."
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KILN_STATE_HOME", str(blocker / "state"))
+    with pytest.raises(KilnError, match="Cannot open the builder lock") as caught:
+        BuilderLock().try_acquire()
+    assert caught.value.hint == "Set KILN_STATE_HOME to a writable directory."
+    home_lock = BuilderLock(tmp_path / "home" / "builder.lock")
+    assert home_lock.try_acquire()  # the refused lock kept nothing
+    home_lock.release()

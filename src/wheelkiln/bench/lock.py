@@ -1,12 +1,13 @@
 """The builder lock: one build per builder at a time.
 
-Two builds on one machine contend for cores and memory, and a benchmark taken under
-contention measures the contention. Two builds in one ``KILN_HOME`` also share its work
-trees, sources and environments, and one deletes what the other is compiling. Every
-build that should count (``kiln bench``, and ``kiln build``, ``shard`` and ``link``
-where the CLI wires it) holds an exclusive ``flock`` on ``kiln_home()/builder.lock``
-for its whole run. The lock lives with what it guards: under the state home, two builds
-with one ``KILN_HOME`` and two state homes ran at once.
+Two builds in one ``KILN_HOME`` share its work trees, sources and environments, and one
+deletes what the other is compiling. Two builds on one machine contend for cores and
+memory, and a benchmark taken under contention measures the contention. Every build
+that should count (``kiln bench``, and ``kiln build``, ``shard`` and ``link`` where the
+CLI wires it) holds an exclusive ``flock`` on ``kiln_home()/builder.lock`` and on
+``state_home()/builder.lock`` for its whole run, both or neither. Each guards what lives
+beside it: the lock used to be in the state home only, and two builds with one
+``KILN_HOME`` and two state homes ran at once, one crashing on the other's tree.
 
 ``flock`` belongs to the open file description, so the kernel drops it when the holder
 exits for any reason (crash, ``kill -9``, reboot): a stale holder cannot exist, and no
@@ -42,7 +43,7 @@ from typing import Any
 
 from wheelkiln import run, ui
 from wheelkiln.errors import KilnError, LockBusyError
-from wheelkiln.paths import kiln_home
+from wheelkiln.paths import kiln_home, state_home
 
 LOCK_NAME = "builder.lock"
 HELD_ENV = "KILN_BUILDER_LOCK"
@@ -50,8 +51,15 @@ HELD_ENV = "KILN_BUILDER_LOCK"
 POLL_SECONDS = 0.5
 
 
+def default_lock_paths() -> list[Path]:
+    """``KILN_HOME``'s lock, for the trees, sources and environments it guards, then the
+    state home's, for the results it keeps honest (two builds measure each other)."""
+    paths = [kiln_home() / LOCK_NAME, state_home() / LOCK_NAME]
+    return paths[:1] if paths[0] == paths[1] else paths
+
+
 def default_lock_path() -> Path:
-    return kiln_home() / LOCK_NAME
+    return default_lock_paths()[0]
 
 
 def _command_line() -> str:
@@ -75,6 +83,10 @@ def describe(holder: dict[str, Any] | None) -> str:
 class BuilderLock:
     """An exclusive, non-inheritable lock on this builder, with a holder description.
 
+    By default it is two lock files, taken together or not at all (``default_lock_paths``):
+    the one in ``KILN_HOME`` and the one in the state home. Given a ``path``, it is that
+    one file.
+
     ``try_acquire`` never waits; ``acquire`` polls until ``timeout`` (``None`` waits
     forever) and raises :class:`LockBusyError` naming the holder. Used as a context
     manager it acquires with the ``timeout`` given here (default: do not wait).
@@ -83,10 +95,12 @@ class BuilderLock:
     def __init__(
         self, path: Path | None = None, *, command: str | None = None, timeout: float | None = 0.0
     ) -> None:
-        self.path = path or default_lock_path()
+        self.paths = [path] if path is not None else default_lock_paths()
+        # The first lock file, or after a refusal the one another build holds.
+        self.path = self.paths[0]
         self.command = command or _command_line()
         self.timeout = timeout
-        self._fd: int | None = None
+        self._fds: list[int] = []
         self._description: dict[str, Any] = {}
         self._unwatch: Callable[[], None] | None = None
         # The description is rewritten from whichever thread starts a command.
@@ -94,16 +108,18 @@ class BuilderLock:
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return bool(self._fds)
 
-    def _open(self, flags: int) -> int:
+    @staticmethod
+    def _open(path: Path, flags: int) -> int:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            return os.open(self.path, flags | os.O_CLOEXEC, 0o644)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(path, flags | os.O_CLOEXEC, 0o644)
         except OSError as exc:
+            home = "KILN_STATE_HOME" if path == state_home() / LOCK_NAME else "KILN_HOME"
             raise KilnError(
-                f"Cannot open the builder lock {self.path}: {exc.strerror or exc}.",
-                hint="Set KILN_HOME to a writable directory.",
+                f"Cannot open the builder lock {path}: {exc.strerror or exc}.",
+                hint=f"Set {home} to a writable directory.",
             ) from None
 
     def inherited(self) -> bool:
@@ -115,72 +131,90 @@ class BuilderLock:
         parent. This is true only while that pid is the live holder of this lock.
         """
         pid, _, path = os.environ.get(HELD_ENV, "").partition(":")
-        if not pid.isdigit() or Path(path) != self.path:
+        if not pid.isdigit() or Path(path) != self.paths[0]:
             return False
-        holder = self.holder()
+        holder = self._holder_of(self.paths[0])
         return holder is not None and holder.get("pid") == int(pid)
 
     def try_acquire(self) -> bool:
         """Take the lock if it is free; ``True`` when this object now holds it."""
-        if self._fd is not None:
+        if self._fds:
             return True
-        fd = self._open(os.O_RDWR | os.O_CREAT)
+        taken: list[int] = []
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                return False
-            raise
-        try:
-            self._end_orphans(self._read(fd))
+            for path in self.paths:
+                fd = self._open(path, os.O_RDWR | os.O_CREAT)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as exc:
+                    os.close(fd)
+                    if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        self.path = path
+                        self._let_go(taken)
+                        return False
+                    raise
+                taken.append(fd)
+            self._end_orphans([self._read(fd) for fd in taken])
         except BaseException:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+            self._let_go(taken)
             raise
+        self.path = self.paths[0]
         self._description = {
             "pid": os.getpid(),
             "command": self.command,
             "host": socket.gethostname(),
             "since": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         }
-        self._fd = fd
+        self._fds = taken
         self._write(())
         self._unwatch = run.watch_groups(self._write)
-        os.environ[HELD_ENV] = f"{os.getpid()}:{self.path}"
+        os.environ[HELD_ENV] = f"{os.getpid()}:{self.paths[0]}"
         return True
+
+    @staticmethod
+    def _let_go(fds: list[int]) -> None:
+        for fd in fds:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        fds.clear()
 
     def _write(self, groups: tuple[run.ProcessGroup, ...]) -> None:
         """Rewrite the description with the process groups of the commands running now."""
         with self._writing:
-            if self._fd is None:
-                return
             description = {**self._description, "process_groups": [g.as_json() for g in groups]}
             data = (json.dumps(description, sort_keys=True) + "\n").encode()
-            os.pwrite(self._fd, data, 0)
-            os.ftruncate(self._fd, len(data))
+            for fd in self._fds:
+                os.pwrite(fd, data, 0)
+                os.ftruncate(fd, len(data))
 
-    def _end_orphans(self, previous: dict[str, Any]) -> None:
-        """End what the last holder, now dead, left running; refuse if it cannot be ended."""
-        recorded = previous.get("process_groups")
-        if previous.get("host") != socket.gethostname() or not isinstance(recorded, list):
-            return
-        groups = [g for item in recorded if (g := run.ProcessGroup.from_json(item)) is not None]
-        ended = run.end_groups(groups)
+    def _end_orphans(self, previous: list[dict[str, Any]]) -> None:
+        """End what the last holders, now dead, left running; refuse if it cannot be ended."""
+        groups: dict[run.ProcessGroup, dict[str, Any]] = {}
+        for description in previous:
+            recorded = description.get("process_groups")
+            if description.get("host") != socket.gethostname() or not isinstance(recorded, list):
+                continue
+            for item in recorded:
+                if (group := run.ProcessGroup.from_json(item)) is not None:
+                    groups.setdefault(group, description)
+        ended = run.end_groups(list(groups))
         if not ended:
             return
+        holders = "; ".join(
+            dict.fromkeys(describe(groups[g]) for g in groups if g.pgid in ended)
+        )
         survivors = sorted(pid for group in groups for pid in run.members(group))
         count = sum(len(pids) for pids in ended.values())
         if survivors:
             raise LockBusyError(
-                f"An earlier build that holds no lock any more ({describe(previous)}) left "
+                f"An earlier build that holds no lock any more ({holders}) left "
                 f"{count} process(es) running, and pid {', '.join(map(str, survivors))} "
                 "could not be ended. A build does not start beside them.",
                 hint=f"End them (kill -KILL {' '.join(map(str, survivors))}), then run again.",
             )
         ui.warn(
             f"Ended {count} process(es) that an earlier build left running when it was killed "
-            f"({describe(previous)}); a build does not start beside them."
+            f"({holders}); a build does not start beside them."
         )
 
     def acquire(
@@ -209,20 +243,21 @@ class BuilderLock:
             time.sleep(max(0.01, min(POLL_SECONDS, remaining)))
 
     def release(self) -> None:
-        if self._fd is None:
+        if not self._fds:
             return
         if self._unwatch is not None:
             self._unwatch()
             self._unwatch = None
         with self._writing:
-            fd, self._fd = self._fd, None
-        if os.environ.get(HELD_ENV) == f"{os.getpid()}:{self.path}":
+            fds, self._fds = self._fds, []
+        if os.environ.get(HELD_ENV) == f"{os.getpid()}:{self.paths[0]}":
             del os.environ[HELD_ENV]
-        try:
-            os.ftruncate(fd, 0)
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        for fd in fds:
+            try:
+                os.ftruncate(fd, 0)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
 
     def holder(self) -> dict[str, Any] | None:
         """The live holder's description, or ``None`` when nobody holds the lock.
@@ -230,11 +265,19 @@ class BuilderLock:
         While this object holds the lock it is its own holder. A holder that has just
         taken the lock and not yet written its description reads as ``{}``.
         """
-        if not self.path.exists():
+        if self._fds:
+            return self._read(self._fds[0])
+        for path in ([self.path] + [p for p in self.paths if p != self.path]):
+            if (holder := self._holder_of(path)) is not None:
+                return holder
+        return None
+
+    def _holder_of(self, path: Path) -> dict[str, Any] | None:
+        if self._fds:
+            return self._read(self._fds[self.paths.index(path)])
+        if not path.exists():
             return None
-        if self._fd is not None:
-            return self._read(self._fd)
-        fd = self._open(os.O_RDONLY)
+        fd = self._open(path, os.O_RDONLY)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
