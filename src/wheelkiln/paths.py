@@ -15,9 +15,8 @@ def kiln_home() -> Path:
 
 
 def state_home() -> Path:
-    """``$KILN_STATE_HOME``, else ``$XDG_STATE_HOME/wheelkiln`` (bench results).
-
-    Not the builder lock: that guards what is under ``kiln_home()`` and lives there.
+    """``$KILN_STATE_HOME``, else ``$XDG_STATE_HOME/wheelkiln``: bench results, and the
+    builder lock that keeps them honest (its twin under ``kiln_home()`` guards the trees).
     """
     if home := os.environ.get("KILN_STATE_HOME"):
         return Path(home).resolve()
