@@ -1,0 +1,55 @@
+"""The CMake hook that puts the seat wrapper in front of CUDA device links, run by a real
+CMake: the rule variables of the device link get the wrapper in front, once, whether
+CUDA is enabled in project() or after it. (CMake has no launcher for device links.)"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from wheelkiln.build.toolchain import Launch, toolchain_environment
+
+pytestmark = [
+    pytest.mark.compile,
+    pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake"),
+]
+
+RULE = "<CMAKE_CUDA_COMPILER> <FLAGS> -shared -dlink <OBJECTS> -o <TARGET>"
+
+
+def _configure(tmp_path: Path, body: str) -> list[str]:
+    env = toolchain_environment(Launch(None, seat_wrapper=True), "cmake", tmp_path / "kiln-bin")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "CMakeLists.txt").write_text(body)
+    result = subprocess.run(
+        ["cmake", *shlex.split(env["CMAKE_ARGS"]), "-S", tmp_path / "project", "-B", tmp_path / "build"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return [line.removeprefix("rule=") for line in result.stderr.splitlines() if line.startswith("rule=")]
+
+
+def test_rule_set_before_the_hook_runs_gets_the_wrapper_once(tmp_path: Path) -> None:
+    seat = tmp_path / "kiln-bin" / "kiln-seat"
+    lines = _configure(
+        tmp_path,
+        f'cmake_minimum_required(VERSION 3.21)\nset(CMAKE_CUDA_DEVICE_LINK_LIBRARY "{RULE}")\n'
+        "project(p LANGUAGES NONE)\nproject(p LANGUAGES NONE)\n"  # the hook runs twice
+        'message("rule=${CMAKE_CUDA_DEVICE_LINK_LIBRARY}")\n',
+    )
+    assert lines == [f"{seat} {RULE}"]
+
+
+def test_rule_defined_after_project_is_wrapped_at_the_end_of_the_directory(tmp_path: Path) -> None:
+    seat = tmp_path / "kiln-bin" / "kiln-seat"
+    lines = _configure(
+        tmp_path,
+        "cmake_minimum_required(VERSION 3.21)\nproject(p LANGUAGES NONE)\n"
+        f'set(CMAKE_CUDA_DEVICE_LINK_EXECUTABLE "{RULE}")\n'
+        'function(show)\n  message("rule=${CMAKE_CUDA_DEVICE_LINK_EXECUTABLE}")\nendfunction()\n'
+        "cmake_language(DEFER CALL show)\n",
+    )
+    assert lines == [f"{seat} {RULE}"]
