@@ -123,21 +123,6 @@ def _summary_table(title: str, rows: list[tuple[str, str]]) -> Table:
     return table
 
 
-def _verify_line(verify: dict[str, Any] | None) -> str:
-    """The record's ``verify`` part in words: ``contents passed; smoke passed (3.1 s)``."""
-    if not verify:
-        return "not checked"
-    parts = [f"contents {verify['contents']}"] if "contents" in verify else []
-    smoke = verify.get("smoke")
-    if smoke is None:
-        parts.append("smoke not asked for (--smoke)")
-    elif smoke.get("ran"):
-        parts.append(f"smoke passed ({smoke['seconds']:.1f} s)")
-    else:
-        parts.append(f"smoke not run: {smoke['reason']}")
-    return "; ".join(parts)
-
-
 def _cache_line(record: dict[str, Any]) -> str:
     cache = record["cache"]
     if "total" not in cache:
@@ -235,7 +220,7 @@ def build(
     """
     from wheelkiln.build.cell import BuildOptions, build_cell
     from wheelkiln.build.record import build_record, publish
-    from wheelkiln.build.verify import verify_wheel
+    from wheelkiln.build.verify import describe_verify, verify_wheel
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
 
@@ -305,7 +290,7 @@ def build(
         ("peak memory", f"{record['peak_rss_bytes'] / 2**20:.0f} MiB"),
         ("cache", _cache_line(record)),
         ("extension modules", str(len(record["extensions"]))),
-        ("verify", _verify_line(record.get("verify"))),
+        ("verify", describe_verify(record.get("verify"))),
         ("record", str(record_path)),
     ]
     ui.console.print(_summary_table("kiln build", rows))
@@ -388,7 +373,7 @@ def _serve_from_wheel_cache(
     if smoke:
         # The smoke test belongs to this run: a wheel served from the cache is as
         # deliverable as a built one, and its runtime may have changed since.
-        from wheelkiln.build.verify import smoke_test
+        from wheelkiln.build.verify import describe_verify, smoke_test
 
         try:
             ran = smoke_test(target, loaded, cell)
@@ -417,7 +402,7 @@ def _serve_from_wheel_cache(
         ("bypass", "--no-wheel-cache rebuilds through the compiler cache"),
     ]
     if smoke:
-        rows.append(("verify", _verify_line({"smoke": record["verify"]["smoke"]})))
+        rows.append(("verify", describe_verify({"smoke": record["verify"]["smoke"]})))
     ui.console.print(_summary_table("kiln build", rows))
     return True
 
@@ -675,6 +660,7 @@ def link(
     [verify] checks, as an unsharded build's does (with --smoke, the smoke test too). A
     failed full build is a build failure (exit 4) naming the TU and its diagnostic.
     """
+    from wheelkiln.build.verify import describe_verify
     from wheelkiln.cache.archive import ArchiveLimits
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.output_paths import check_input_dir
@@ -707,7 +693,7 @@ def link(
         ("cache", f"{gate.hits} hits, {gate.misses} misses, total {gate.total}"),
         ("wall", f"{result.outcome.wall_seconds:.1f} s"),
         ("wheel", wheel["path"] if wheel else "none"),
-        ("verify", _verify_line(result.record.get("verify"))),
+        ("verify", describe_verify(result.record.get("verify"))),
         ("record", str(result.record_path)),
     ]
     ui.console.print(_summary_table("kiln link", rows))

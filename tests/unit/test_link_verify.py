@@ -210,3 +210,11 @@ def test_verify_requires_is_a_checked_list_of_requirements(
     assert caught.value.message.startswith(f"{path}: {problem}")
     path.write_text(RECIPE_WITH_VERIFY + 'requires = ["pytest>=8", "dep @ file:///w/dep.whl"]\n')
     assert load_recipe(path).recipe.verify.requires == ("pytest>=8", "dep @ file:///w/dep.whl")
+
+
+def test_a_torch_cell_smoke_tests_against_its_own_torch() -> None:
+    from wheelkiln.build.verify import cell_requirements
+    from wheelkiln.matrix.cells import NO_CUDA, NO_TORCH, Cell
+
+    assert cell_requirements(Cell("pkg", "3.11", "13.0", "2.14.1", "linux-x86_64")) == ["torch==2.14.1"]
+    assert cell_requirements(Cell("pkg", "3.11", NO_CUDA, NO_TORCH, "linux-x86_64")) == []

@@ -9,7 +9,8 @@ The smoke test does not run in the build environment. A package's runtime depend
 are not its build requirements, and adding them there changes the build environment's
 key (a new multi-gigabyte environment for torch, and cache misses for the probes inside
 it). It runs in a venv made from the build interpreter, keyed by that interpreter and by
-what it installs: the wheel's ``Requires-Dist`` and the recipe's ``[verify] requires``.
+what it installs: the wheel's ``Requires-Dist``, the recipe's ``[verify] requires``, and
+the cell's torch for a cell on the torch axis.
 The venv is made once under ``$KILN_HOME/smoke-envs/<key>`` and reused; the wheel itself
 goes into a private directory in front of it, so the venv never holds a build's wheel.
 """
@@ -23,6 +24,7 @@ import shutil
 import tempfile
 import time
 import zipfile
+from collections.abc import Mapping
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,7 @@ from wheelkiln.build.cell import BuildOutcome
 from wheelkiln.build.environment import environment_key, interpreter_for
 from wheelkiln.build.wheel import EMPTY_SHA256, WheelFacts, check_wheel
 from wheelkiln.errors import BuildError
-from wheelkiln.matrix.cells import Cell
+from wheelkiln.matrix.cells import NO_TORCH, Cell
 from wheelkiln.paths import smoke_envs_dir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.recipe.model import Verify
@@ -68,6 +70,21 @@ def verify_wheel(outcome: BuildOutcome, loaded: LoadedRecipe, *, smoke: bool) ->
     return result
 
 
+def describe_verify(verify: Mapping[str, Any] | None) -> str:
+    """A record's ``verify`` part in words: ``contents passed; smoke passed (3.1 s)``."""
+    if not verify:
+        return "not checked"
+    parts = [f"contents {verify['contents']}"] if "contents" in verify else []
+    smoke = verify.get("smoke")
+    if smoke is None:
+        parts.append("smoke not asked for (--smoke)")
+    elif smoke.get("ran"):
+        parts.append(f"smoke passed ({smoke['seconds']:.1f} s)")
+    else:
+        parts.append(f"smoke not run: {smoke['reason']}")
+    return "; ".join(parts)
+
+
 def check_contents(facts: WheelFacts, verify: Verify) -> None:
     """The recipe's extension globs, and no placeholder among the wheel's extension modules
     (whether or not a glob names them)."""
@@ -101,6 +118,12 @@ def requires_dist(wheel: Path) -> list[str]:
     return [str(value) for value in HeaderParser().parsestr(text).get_all("Requires-Dist", [])]
 
 
+def cell_requirements(cell: Cell) -> list[str]:
+    """What the cell itself pins at run time: a torch extension works only with the torch
+    it was built against, which its Requires-Dist rarely names."""
+    return [f"torch=={cell.torch}"] if cell.torch != NO_TORCH else []
+
+
 def smoke_test(wheel: Path, loaded: LoadedRecipe, cell: Cell) -> dict[str, Any]:
     """Install *wheel* in front of its smoke environment and run the recipe's smoke code.
 
@@ -113,7 +136,7 @@ def smoke_test(wheel: Path, loaded: LoadedRecipe, cell: Cell) -> dict[str, Any]:
         ui.warn(f"--smoke: nothing to run: {reason}.")
         return {"ran": False, "reason": reason}
     code = verify.smoke or f"import {verify.import_name}"
-    requirements = [*requires_dist(wheel), *verify.requires]
+    requirements = [*requires_dist(wheel), *verify.requires, *cell_requirements(cell)]
     started = time.perf_counter()
     with ui.step(f"Smoke-testing {wheel.name}"):
         python = ensure_smoke_environment(interpreter_for(cell.python), requirements)

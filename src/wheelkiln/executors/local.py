@@ -17,6 +17,7 @@ from rich.table import Table
 
 from wheelkiln import run, ui
 from wheelkiln.build.cell import BuildOptions
+from wheelkiln.build.verify import describe_verify
 from wheelkiln.errors import GateError, KilnError
 from wheelkiln.matrix.cells import Cell
 from wheelkiln.paths import default_workdir
@@ -285,6 +286,7 @@ def _print_report(report: dict[str, Any], cell: Cell) -> None:
     wheel = link.get("wheel")
     if wheel:
         lines.append(f"wheel: {wheel.get('path', wheel['name'])}")
+    lines.append(f"verify: {describe_verify(link.get('verify'))}")
     verdict = (
         "[green]link gate passed[/green]" if report["gate"]["passed"] else "[red]gate failed[/red]"
     )
