@@ -98,7 +98,7 @@ def _classify(name: str, a: bytes, b: bytes, result: WheelComparison) -> None:
     if a == b:
         result.identical.append(name)
         return
-    if normalize(a) == normalize(b):
+    if normalize(a).same_as(normalize(b)):
         result.nvcc_temp_names_only.append(name)
         return
     if is_extension(name):
@@ -108,7 +108,7 @@ def _classify(name: str, a: bytes, b: bytes, result: WheelComparison) -> None:
         if stripped_a == stripped_b:
             result.debug_info_only.append(name)
             return
-        if normalize(stripped_a) == normalize(stripped_b) or same_modulo_names(
+        if normalize(stripped_a).same_as(normalize(stripped_b)) or same_modulo_names(
             stripped_a, stripped_b
         ):
             result.nvcc_temp_names_only.append(name)

@@ -49,11 +49,26 @@ BUILD_ID_NOTE = ".note.gnu.build-id"
 
 @dataclass(frozen=True)
 class Normalized:
-    """A file's bytes with the per-build names blanked, plus the decompressed (and
-    blanked) contents of its compressed fatbin entries, in file order."""
+    """A file's bytes with the per-build names blanked and its compressed fatbin entries
+    zeroed; the compressed entries themselves are kept beside, in file order."""
 
     data: bytes
-    fatbin_payloads: tuple[bytes, ...] = ()
+    frames: tuple[bytes, ...] = ()
+
+    def same_as(self, other: Normalized) -> bool:
+        """Equal once blanked. Compressed entries that differ are compared decompressed
+        (with the ``zstd`` tool) and blanked; identical ones need no decompression."""
+        return self.data == other.data and _same_frames(self.frames, other.frames)
+
+
+def _same_frames(frames_a: tuple[bytes, ...], frames_b: tuple[bytes, ...]) -> bool:
+    if len(frames_a) != len(frames_b):
+        return False
+    if frames_a == frames_b:
+        return True
+    return [blank_names(p) for p in _decompress(list(frames_a))] == [
+        blank_names(p) for p in _decompress(list(frames_b))
+    ]
 
 
 def _module_id_end(data: bytes, match: re.Match[bytes]) -> int | None:
@@ -146,8 +161,8 @@ def _decompress(frames: list[bytes]) -> list[bytes]:
 
 
 def normalize(data: bytes) -> Normalized:
-    """*data* with nvcc's per-build names and the build id blanked; compressed fatbin
-    entries are blanked in place and returned decompressed (names blanked) beside it."""
+    """*data* with nvcc's per-build names and the build id blanked, compressed fatbin
+    entries zeroed in place (and kept beside, see :meth:`Normalized.same_as`)."""
     entries = _compressed_entries(data)
     frames = [data[payload : payload + size] for _, payload, size in entries]
     buffer = bytearray(data)
@@ -155,8 +170,7 @@ def normalize(data: bytes) -> Normalized:
         buffer[field_offset : field_offset + 4] = bytes(4)  # the compressed size
         buffer[payload : payload + size] = bytes(size)
     _blank_build_id(buffer)
-    payloads = tuple(blank_names(payload) for payload in _decompress(frames))
-    return Normalized(blank_names(bytes(buffer)), payloads)
+    return Normalized(blank_names(bytes(buffer)), tuple(frames))
 
 
 # --------------------------------------------------------------------------- linked objects
@@ -289,7 +303,7 @@ def same_modulo_names(data_a: bytes, data_b: bytes) -> bool:
     ]:
         return False
     normal_a, normal_b = normalize(data_a), normalize(data_b)
-    if normal_a.fatbin_payloads != normal_b.fatbin_payloads:
+    if not _same_frames(normal_a.frames, normal_b.frames):
         return False
     code: list[Section] = []
     for section_a, section_b in zip(sections_a, sections_b, strict=True):
