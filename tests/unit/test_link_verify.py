@@ -218,3 +218,17 @@ def test_a_torch_cell_smoke_tests_against_its_own_torch() -> None:
 
     assert cell_requirements(Cell("pkg", "3.11", "13.0", "2.14.1", "linux-x86_64")) == ["torch==2.14.1"]
     assert cell_requirements(Cell("pkg", "3.11", NO_CUDA, NO_TORCH, "linux-x86_64")) == []
+
+
+def test_smoke_with_nothing_to_run_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from wheelkiln.build.verify import smoke_test
+    from wheelkiln.matrix.cells import NO_CUDA, NO_TORCH, Cell
+    from wheelkiln.recipe.load import load_recipe
+
+    path = tmp_path / "pkg.toml"
+    path.write_text(RECIPE_WITH_VERIFY.replace('import = "pkg"\n', 'extension_modules = ["pkg/*.so"]\n'))
+    wheel = _wheel(tmp_path, {"pkg/_a.so": ELF})
+    result = smoke_test(wheel, load_recipe(path), Cell("pkg", "3.11", NO_CUDA, NO_TORCH, "linux-x86_64"))
+    reason = f"{path} has neither [verify] smoke nor [verify] import"
+    assert result == {"ran": False, "reason": reason}
+    assert f"--smoke: nothing to run: {reason}." in " ".join(capsys.readouterr().err.split())
