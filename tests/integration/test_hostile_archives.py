@@ -428,11 +428,11 @@ def test_archives_of_another_cell_or_toolchain_are_named_not_merged(
     message = _flat(result.stderr)
     assert result.returncode == 5, result.stderr
     assert "Traceback" not in result.stderr
-    assert (f"shard 2/3 belongs to cell 'other-py3.11-linux-x86_64', not '{CELL}' "
-            f"({archives[1]}, member 'manifest.json'); not merged") in message
+    assert (f"shard 2/3 belongs to cell 'other-py3.11-linux-x86_64', not '{CELL}'; "
+            f"not merged ({archives[1]}, member 'manifest.json')") in message
     assert ("shard 3/3 was built with a different toolchain (compilers: shard has {'gcc': '9.9.9'"
             in message)
-    assert f"({archives[2]}, member 'manifest.json'); not merged" in message
+    assert f"; not merged ({archives[2]}, member 'manifest.json')" in message
     # shard 1/3 holds every TU (it was built as 1 of 1), so the build itself hit throughout
     record = json.loads((tmp_path / "dist" / f"{CELL}.link.json").read_text())
     assert record["link"]["shards_merged"] == [0]

@@ -197,13 +197,13 @@ def run_link(
         where = member_label(archive, MANIFEST)
         if manifest.cell != cell.id:
             problems.append(
-                f"{label} belongs to cell {manifest.cell!r}, not {cell.id!r} ({where}); not merged"
+                f"{label} belongs to cell {manifest.cell!r}, not {cell.id!r}; not merged ({where})"
             )
             continue
         if (manifest.index, manifest.count) != (index, count):
             problems.append(
-                f"{label} is shard {manifest.label} by its manifest ({where}), not by its "
-                "name; not merged"
+                f"{label} is shard {manifest.label} by its manifest, not by its name; not "
+                f"merged ({where})"
             )
             continue
         theirs = manifest.toolchain.model_dump()
@@ -213,7 +213,7 @@ def run_link(
                 f"{k}: shard has {theirs.get(k)!r}, link job has {own[k]!r}" for k in differing
             )
             problems.append(
-                f"{label} was built with a different toolchain ({details}) ({where}); not merged"
+                f"{label} was built with a different toolchain ({details}); not merged ({where})"
             )
             continue
         extract(archive, cache_dir, extras / str(index), limits)
