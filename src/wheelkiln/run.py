@@ -67,6 +67,22 @@ class Completed:
     peak_rss_bytes: int
 
 
+def signal_name(returncode: int) -> str | None:
+    """``SIGKILL`` for a command ended by signal 9 (``returncode`` -9), else None."""
+    if returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def exit_description(returncode: int) -> str:
+    """How a command ended, in words: ``exit 0``, ``exit 5``, ``killed by SIGKILL``."""
+    name = signal_name(returncode)
+    return f"killed by {name}" if name is not None else f"exit {returncode}"
+
+
 def find_executable(name: str, env: Mapping[str, str] | None = None) -> str:
     """Resolve ``name`` on PATH (or accept an existing path), or explain what is missing."""
     if os.sep in name:

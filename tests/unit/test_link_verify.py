@@ -15,8 +15,9 @@ import pytest
 from wheelkiln.build.verify import check_contents, requires_dist
 from wheelkiln.build.wheel import inspect_wheel
 from wheelkiln.errors import BuildError
-from wheelkiln.executors.local import process_status, signal_name
+from wheelkiln.executors.local import process_status
 from wheelkiln.recipe.model import Verify
+from wheelkiln.run import exit_description, signal_name
 from wheelkiln.shard.link import stopping_compile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +98,7 @@ def test_a_cmake_probe_is_never_the_stopping_compile() -> None:
 def test_a_shard_process_status_names_its_signal(returncode: int, name: str | None, status: str) -> None:
     assert signal_name(returncode) == name
     assert process_status(returncode) == status
+    assert exit_description(returncode) == (status if name else f"exit {returncode}")
 
 
 ELF = b"\x7fELF\x02\x01\x01" + bytes(64)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -133,7 +132,7 @@ def run_sharded(
             )
             record["process"] = {
                 "exit_code": done.returncode,
-                "signal": signal_name(done.returncode),
+                "signal": run.signal_name(done.returncode),
                 "status": status,
             }
             shard_records[index] = record
@@ -204,22 +203,9 @@ def run_sharded(
     return report
 
 
-def signal_name(returncode: int) -> str | None:
-    """``SIGKILL`` for a process ended by signal 9 (``returncode`` -9), else None."""
-    if returncode >= 0:
-        return None
-    try:
-        return signal.Signals(-returncode).name
-    except ValueError:
-        return f"signal {-returncode}"
-
-
 def process_status(returncode: int) -> str:
     """How a shard process ended, in words: ``passed``, ``killed by SIGKILL``, ``exit 5``."""
-    name = signal_name(returncode)
-    if name is not None:
-        return f"killed by {name}"
-    return "passed" if returncode == 0 else f"exit {returncode}"
+    return "passed" if returncode == 0 else run.exit_description(returncode)
 
 
 def _shard_table(cell: Cell, count: int, shards: list[dict[str, Any]]) -> Table:

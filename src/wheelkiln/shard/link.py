@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from wheelkiln import run
 from wheelkiln.build.cell import BuildOptions, BuildOutcome, build_cell, job_directory
 from wheelkiln.build.record import build_record, publish
 from wheelkiln.build.verify import verify_wheel
@@ -252,7 +253,7 @@ def run_link(
                         "passed": False,
                         "problems": [
                             *problems,
-                            f"the full build failed (exit {outcome.exit_code})",
+                            f"the full build failed ({run.exit_description(outcome.exit_code)})",
                         ],
                         "missed": [],
                     },
@@ -360,8 +361,9 @@ def link_build_failure(outcome: BuildOutcome, problems: list[str]) -> BuildError
     if stopped is None:
         tail = "\n".join(outcome.log_text.splitlines()[-25:])
         return BuildError(
-            f"The link job's full build of {outcome.cell.id} failed (exit "
-            f"{outcome.exit_code}) with no compiler diagnostic. Last lines:\n{tail}",
+            f"The link job's full build of {outcome.cell.id} failed "
+            f"({run.exit_description(outcome.exit_code)}) with no compiler diagnostic. "
+            f"Last lines:\n{tail}",
             hint=hint,
             log_path=str(outcome.log_path),
         )
@@ -369,8 +371,8 @@ def link_build_failure(outcome: BuildOutcome, problems: list[str]) -> BuildError
     where = f" compiling {_display_path(tu, outcome.tree)}" if tu else ""
     shown = "\n".join(f"  {line}" for line in lines[:3])
     return BuildError(
-        f"The link job's full build of {outcome.cell.id} failed (exit {outcome.exit_code})"
-        f"{where}:\n{shown}",
+        f"The link job's full build of {outcome.cell.id} failed "
+        f"({run.exit_description(outcome.exit_code)}){where}:\n{shown}",
         hint=hint,
         log_path=str(outcome.log_path),
     )
