@@ -275,12 +275,14 @@ def build(
             )
         record["verify"] = verify_wheel(outcome, loaded, smoke=smoke)
         record_path = publish(outcome, record, out_dir)
-        if use_wheel_cache and outcome.wheel is not None:
-            from wheelkiln.build.wheel_cache import WheelCache, outcome_input_digest
+        from wheelkiln.build.record import remember
+        from wheelkiln.build.wheel_cache import WheelCache, outcome_input_digest
 
-            WheelCache().store(
-                outcome_input_digest(loaded, outcome, options), outcome.wheel.path, record
-            )
+        digest = outcome_input_digest(loaded, outcome, options)
+        # Also in the state home, where `kiln build --shards` finds it whatever --out was.
+        remember(record, digest)
+        if use_wheel_cache and outcome.wheel is not None:
+            WheelCache().store(digest, outcome.wheel.path, record)
     if as_json:
         emit_json(record)
     rows = [

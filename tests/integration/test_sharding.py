@@ -86,6 +86,15 @@ def test_demo_cpp_sharded_equivalent_to_unsharded(kiln: Kiln, tmp_path: Path, in
     report = sharded(kiln, recipe, tmp_path, 3, "--filter", mechanism)
     link = report["link"]
     assert link["cache"]["misses"] == 0 and link["cache"]["total"] == reference["cache"]["total"]
+    # The reference went to another --out: its cold wall time is found in the state home.
+    assert report["unsharded_cold_seconds"] == reference["wall_seconds"]
+    # Each shard stored an entry for each TU it compiled (its cache starts empty), and
+    # one figure is its seconds: the shard job's own wall time.
+    shards = report["shards"]
+    assert sum(s["cache"]["stores"] for s in shards) == reference["cache"]["total"]
+    assert report["slowest_shard_plus_link_seconds"] == pytest.approx(
+        max(s["process"]["wall_seconds"] for s in shards) + link["wall_seconds"], abs=0.002)
+    assert [s["process"]["jobs"] for s in shards] == report["measured"]["jobs"]
     answer = installed(link["wheel"]["path"], "import demo_cpp; print(demo_cpp.checksum())")
     assert int(answer) == expected_checksum(tree)
     verdict = json.loads(kiln("verify", link["wheel"]["path"], reference["wheel"]["path"], "--json").stdout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 import shutil
 import socket
@@ -120,3 +121,65 @@ def served_record(
         "wheel_cache": {"hit": True, "input_digest": input_digest},
         "served_from": dict(earlier),
     }
+
+
+BUILDS_DIR = "builds"
+"""Under :func:`~wheelkiln.paths.state_home`: the last and the last cold record of each
+cell's build, by input digest, so that every command finds them whatever its ``--out``."""
+
+
+def is_cold(record: Mapping[str, Any]) -> bool:
+    """Whether a build record measured a cold build (every TU compiled).
+
+    ``--recache`` compiles everything; without it, a build with no hits was cold too (a
+    package whose probes repeat, like pycryptodome's, hits even when cold).
+    """
+    cache = record.get("cache") or {}
+    return bool(record.get("recache")) or (cache.get("hits", 1) == 0 and cache.get("misses", 0) > 0)
+
+
+def _remembered_path(input_digest: str) -> Path:
+    from wheelkiln.paths import state_home
+
+    if len(input_digest) < 8 or not all(c in "0123456789abcdef" for c in input_digest):
+        raise ValueError(f"not an input digest: {input_digest!r}")
+    return state_home() / BUILDS_DIR / input_digest[:2] / f"{input_digest}.json"
+
+
+def _read_remembered(path: Path, cell_id: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        # Absent, or torn by a crash: the state home holds only what a rebuild restores.
+        return {}
+    if not isinstance(data, dict) or data.get("cell") != cell_id:
+        return {}
+    return data
+
+
+def remember(record: Mapping[str, Any], input_digest: str) -> Path:
+    """Keep a build's record in the state home under its cell and input digest.
+
+    The one writer of that store (:func:`recall_cold` is its one reader). A cold build
+    is kept as the cell's cold reference too; a later warm build of the same inputs does
+    not replace it.
+    """
+    cell_id = str(record["cell"])
+    path = _remembered_path(input_digest)
+    entry = _read_remembered(path, cell_id) or {"cell": cell_id, "input_digest": input_digest}
+    entry["last"] = dict(record)
+    if is_cold(record):
+        entry["cold"] = dict(record)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(entry, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    temporary.replace(path)
+    return path
+
+
+def recall_cold(cell_id: str, input_digest: str) -> dict[str, Any] | None:
+    """The cold build record remembered for this cell and input digest, if any."""
+    cold = _read_remembered(_remembered_path(input_digest), cell_id).get("cold")
+    if not isinstance(cold, dict) or not isinstance(cold.get("wall_seconds"), int | float):
+        return None
+    return cold

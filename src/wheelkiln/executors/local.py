@@ -7,10 +7,10 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.table import Table
 
@@ -23,6 +23,8 @@ from wheelkiln.paths import default_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.shard.link import run_link
 from wheelkiln.shard.partition import shard_label
+
+T = TypeVar("T")
 
 
 def _shard_command(
@@ -64,18 +66,68 @@ def _shard_command(
     return argv
 
 
-def _cold_reference(out_dir: Path, cell: Cell) -> float | None:
-    """The unsharded cold wall time of this cell, when an earlier build recorded one."""
-    path = out_dir / f"{cell.id}.build.json"
-    if not path.exists():
+def _cold_reference(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> float | None:
+    """The unsharded cold wall time of this cell's inputs, when a build remembered one."""
+    from wheelkiln.build.record import recall_cold
+    from wheelkiln.build.wheel_cache import plan_input_digest
+
+    try:
+        digest = plan_input_digest(loaded, cell, options)
+    except (KilnError, OSError):
+        # The summary of a finished build never fails on its reference figure.
         return None
-    record = json.loads(path.read_text())
-    cache = record.get("cache", {})
-    # --recache compiles everything; without it, a build with no hits was cold too
-    # (a package whose probes repeat, like pycryptodome's, hits even when cold).
-    if record.get("recache") or (cache.get("hits", 1) == 0 and cache.get("misses", 0) > 0):
-        return float(record["wall_seconds"])
-    return None
+    cold = recall_cold(cell.id, digest) if digest else None
+    return float(cold["wall_seconds"]) if cold else None
+
+
+def shard_jobs(cpus: int, free: int, starting: int, waiting_after: int) -> int:
+    """Compile jobs for each of *starting* shards that start together now.
+
+    *free* is the cores the running shards leave (their job counts subtracted). While
+    shards still wait behind these, they share the free cores, so the total stays within
+    the machine. The last shards to start take every core between them: a running
+    build's job count cannot grow later, and the shards still running started earlier
+    and leave first, so a smaller share would leave cores idle at the end.
+    """
+    if waiting_after > 0:
+        return max(1, free // starting)
+    return max(1, cpus // starting)
+
+
+def schedule_shards(
+    count: int,
+    parallel: int,
+    cpus: int,
+    fixed_jobs: int | None,
+    start: Callable[[int, int], Future[T]],
+) -> Iterator[tuple[int, int, T]]:
+    """Start shards 0..count-1, at most *parallel* at a time; yield ``(index, jobs,
+    result)`` as each finishes. ``start(index, jobs)`` submits one shard; its compile
+    job count is *fixed_jobs* (``--jobs``) or :func:`shard_jobs` at its start."""
+    waiting = list(range(count))
+    running: dict[Future[T], tuple[int, int]] = {}
+    while waiting or running:
+        starting = min(parallel - len(running), len(waiting))
+        if starting:
+            free = cpus - sum(jobs for _, jobs in running.values())
+            jobs = fixed_jobs or shard_jobs(cpus, free, starting, len(waiting) - starting)
+            for index in waiting[:starting]:
+                running[start(index, jobs)] = (index, jobs)
+            del waiting[:starting]
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in sorted(finished, key=lambda f: running[f][0]):
+            index, jobs = running.pop(future)
+            yield index, jobs, future.result()
+
+
+def measured_here(shards: int, parallel: int, jobs: list[int], cpus: int) -> str:
+    """What the slowest-shard-plus-link figure measured, in words."""
+    low, high = min(jobs, default=1), max(jobs, default=1)
+    each = f"-j{low} each" if low == high else f"-j{low} to -j{high}"
+    return (
+        f"measured here: {shards} shard{'s' if shards != 1 else ''}, {parallel} at a time, "
+        f"{each} on a {cpus}-core machine"
+    )
 
 
 def run_sharded(
@@ -101,25 +153,22 @@ def run_sharded(
         old.unlink()
     cpus = os.cpu_count() or 1
     parallel = max(1, min(count, parallel or cpus))
-    jobs = options.jobs or max(1, cpus // parallel)
     ui.info(
-        f"Sharding {cell.id} {count} ways: {parallel} shard job(s) at a time, {jobs} compile job(s) each"
+        f"Sharding {cell.id} {count} ways: {parallel} shard job(s) at a time, "
+        + (f"{options.jobs} compile job(s) each" if options.jobs else f"sharing {cpus} cores")
     )
     started = time.perf_counter()
     shard_records: dict[int, dict[str, Any]] = {}
     failures: list[str] = []
     with ui.step(f"Compiling {count} shards"), ThreadPoolExecutor(parallel) as pool:
-        futures = {
-            pool.submit(
-                run.run,
-                _shard_command(loaded, cell, options, i, count, shards_dir, workdir, jobs, mechanism),
-                check=False,
-            ): i
-            for i in range(count)
-        }
-        for future in as_completed(futures):
-            index = futures[future]
-            done = future.result()
+
+        def start(index: int, jobs: int) -> Future[run.Completed]:
+            command = _shard_command(
+                loaded, cell, options, index, count, shards_dir, workdir, jobs, mechanism
+            )
+            return pool.submit(run.run, command, check=False)
+
+        for index, jobs, done in schedule_shards(count, parallel, cpus, options.jobs, start):
             label = shard_label(index, count)
             record_path = shards_dir / f"{cell.id}-shard-{index}-of-{count}.shard.json"
             status = process_status(done.returncode)
@@ -134,10 +183,15 @@ def run_sharded(
                 "exit_code": done.returncode,
                 "signal": run.signal_name(done.returncode),
                 "status": status,
+                "jobs": jobs,
+                # The shard's seconds everywhere (progress, table, slowest shard): the
+                # whole job, not only the build inside it.
+                "wall_seconds": round(done.wall_seconds, 3),
             }
             shard_records[index] = record
+            seconds = f"{record['process']['wall_seconds']:.1f} s"
             if done.returncode < 0:
-                failures.append(f"{label}: {status} after {done.wall_seconds:.1f} s")
+                failures.append(f"{label}: {status} after {seconds}")
                 ui.warn(f"{label} was {status}")
             elif done.returncode != 0:
                 failures.append(f"{label}: " + "\n".join(done.output.strip().splitlines()[-6:]))
@@ -146,7 +200,7 @@ def run_sharded(
                 actions = shard_records[index].get("shard", {}).get("actions", {})
                 ui.info(
                     f"  {label}: {actions.get('compile', 0)} compiled, {actions.get('stub', 0)} stubbed "
-                    f"in {done.wall_seconds:.1f} s"
+                    f"in {seconds} at -j{jobs}"
                 )
     shards_wall = time.perf_counter() - started
     try:
@@ -173,7 +227,7 @@ def run_sharded(
         )
         raise
     wall = time.perf_counter() - started
-    slowest = max((r.get("wall_seconds", 0.0) for r in shard_records.values()), default=0.0)
+    slowest = max((r["process"]["wall_seconds"] for r in shard_records.values()), default=0.0)
     report: dict[str, Any] = {
         "cell": cell.id,
         "count": count,
@@ -182,8 +236,14 @@ def run_sharded(
         "link": link.record,
         "wall_seconds": round(wall, 3),
         "shards_wall_seconds": round(shards_wall, 3),
-        "critical_path_seconds": round(slowest + link.outcome.wall_seconds, 3),
-        "unsharded_cold_seconds": _cold_reference(out_dir, cell),
+        "slowest_shard_plus_link_seconds": round(slowest + link.outcome.wall_seconds, 3),
+        "measured": {
+            "shards": count,
+            "parallel": parallel,
+            "jobs": [shard_records[i]["process"]["jobs"] for i in sorted(shard_records)],
+            "cpus": cpus,
+        },
+        "unsharded_cold_seconds": _cold_reference(loaded, cell, options),
         "gate": {
             "passed": link.gate.passed and not failures,
             "problems": [*failures, *link.gate.problems],
@@ -238,10 +298,11 @@ def _shard_table(cell: Cell, count: int, shards: list[dict[str, Any]]) -> Table:
             str(actions.get("compile", 0)),
             str(actions.get("stub", 0)),
             str(actions.get("probe", 0) + actions.get("link-probe-rebuild", 0)),
-            str(cache.get("misses", 0)),
+            # Entries for real TUs only: a probe's entry serves no later build.
+            str(cache.get("stores", "-")),
             "",
             "",
-            f"{record.get('wall_seconds', 0):.1f}",
+            f"{process.get('wall_seconds', 0):.1f}",
         )
     return table
 
@@ -261,13 +322,23 @@ def _print_report(report: dict[str, Any], cell: Cell) -> None:
         f"{link['wall_seconds']:.1f}",
     )
     ui.console.print(table)
+    for line in summary_lines(report):
+        ui.info(line)
+
+
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The lines under the table of ``kiln build --shards``."""
+    link = report["link"]
     cold = report["unsharded_cold_seconds"]
     lines = [
-        f"wall {report['wall_seconds']:.1f} s; critical path (slowest shard + link) "
-        f"{report['critical_path_seconds']:.1f} s",
+        f"wall {report['wall_seconds']:.1f} s; slowest shard + link "
+        f"{report['slowest_shard_plus_link_seconds']:.1f} s ("
+        + measured_here(**report["measured"])
+        + "; not an estimate for shards on separate machines)",
         f"unsharded cold: {cold:.1f} s"
         if cold
-        else "unsharded cold: unknown (run `kiln build RECIPE --recache` once to record it)",
+        else "unsharded cold: unknown for these inputs "
+        "(run `kiln build RECIPE --recache` once to record it)",
     ]
     wheel = link.get("wheel")
     if wheel:
@@ -279,5 +350,4 @@ def _print_report(report: dict[str, Any], cell: Cell) -> None:
     lines.append(
         verdict + f": {link['cache'].get('misses', 0)} misses of {link['cache'].get('total', 0)}"
     )
-    for line in lines:
-        ui.info(line)
+    return lines

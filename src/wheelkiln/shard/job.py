@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,8 @@ from wheelkiln.build.cell import (
 )
 from wheelkiln.build.record import build_record
 from wheelkiln.cache.archive import pack
+from wheelkiln.cache.backend import TUOutcome
+from wheelkiln.cache.launch import parse_compiler_args
 from wheelkiln.cache.manifest import MANIFEST_SCHEMA
 from wheelkiln.errors import UsageError
 from wheelkiln.matrix.cells import Cell
@@ -29,7 +33,8 @@ from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.shard.gate import ShardGateResult, find_objects, shard_gate
 from wheelkiln.shard.partition import load_partition_map, shard_label
 from wheelkiln.shard.source_filter import apply_source_partition
-from wheelkiln.shard.wrapper_log import read_wrapper_log
+from wheelkiln.shard.wrapper import PROBE_MARKERS
+from wheelkiln.shard.wrapper_log import WrapperRecord, read_wrapper_log
 
 
 def archive_name(cell: Cell, index: int, count: int) -> str:
@@ -46,6 +51,37 @@ def toolchain_fingerprint(
         "arch_list": list(cell.arch_list),
         "build_env": dict(sorted(loaded.recipe.build.env.items())),
     }
+
+
+def store_counts(
+    outcomes: Iterable[TUOutcome], records: Sequence[WrapperRecord]
+) -> tuple[int, int]:
+    """Cache entries a shard stored: ``(real TUs, build-system probes)``.
+
+    Every miss stores an entry. A probe's entry (CMake try_compile in a random
+    ``CMakeScratch`` directory, meson-private, conftest, a feature check in a temp
+    directory) serves no later build, so it is counted apart: a probe is a miss whose
+    source has a probe marker, or the source of a compile the wrapper logged as a probe
+    (as written, and resolved against its directory).
+    """
+    probe_sources: set[str] = set()
+    for record in records:
+        argv = record.get("argv") or []
+        if record["action"] != "probe" or not argv:
+            continue
+        for source in parse_compiler_args(argv[0], argv[1:]).sources:
+            probe_sources.add(source)
+            # The path as ccache's stats log names it when the build wrote it relative.
+            probe_sources.add(os.path.normpath(Path(record.get("cwd", "")) / source))
+    real = probes = 0
+    for outcome in outcomes:
+        if outcome.hit:
+            continue
+        if outcome.source in probe_sources or any(m in outcome.source for m in PROBE_MARKERS):
+            probes += 1
+        else:
+            real += 1
+    return real, probes
 
 
 def _read_partition_map(path: Path, count: int) -> dict[str, int]:
@@ -195,6 +231,9 @@ def run_shard(
     # A shard's wheel (if its link happened to succeed) is never a deliverable.
     record["wheel"] = None
     record["extensions"] = {}
+    record["cache"]["stores"], record["cache"]["probe_stores"] = store_counts(
+        outcome.tu_outcomes, records
+    )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"{cell.id}-{suffix}.shard.json").write_text(
         json.dumps(record, indent=2, sort_keys=True) + "\n"
