@@ -152,6 +152,7 @@ def test_summary_says_what_the_slowest_shard_plus_link_measured() -> None:
         "-j1 to -j2 on a 2-core machine; not an estimate for shards on separate machines)",
         "unsharded cold: 61.2 s",
         "wheel: /out/w.whl",
+        "verify: not checked",
         "[green]link gate passed[/green]: 0 misses of 24",
     ]
     lines = summary_lines(_report(None, [1, 1, 1]))
