@@ -526,7 +526,7 @@ def shard(
     """
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
-    from wheelkiln.shard.job import run_shard
+    from wheelkiln.shard.job import describe_stores, run_shard
     from wheelkiln.shard.partition import shard_label
 
     check_job_locations(out_dir, workdir)
@@ -558,7 +558,7 @@ def shard(
             f"{actions.get('probe', 0)} probes, {actions.get('link-unresolved', 0)} tolerated link failures",
         ),
         ("build exit", str(result.outcome.exit_code)),
-        ("cache stores", str(result.record["cache"].get("misses", 0))),
+        ("cache stores", describe_stores(result.record["cache"])),
         ("wall", f"{result.outcome.wall_seconds:.1f} s"),
         ("archive", str(result.archive) if result.archive else "none"),
     ]

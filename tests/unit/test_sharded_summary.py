@@ -22,7 +22,7 @@ from wheelkiln.executors.local import (
     summary_lines,
 )
 from wheelkiln.matrix.cells import Cell
-from wheelkiln.shard.job import store_counts
+from wheelkiln.shard.job import describe_stores, store_counts
 from wheelkiln.shard.wrapper_log import WrapperRecord
 
 CELL = "demo-cpp-py3.11-linux-x86_64"
@@ -204,3 +204,9 @@ def test_store_counts_leave_probe_entries_out() -> None:
         TUOutcome("/w/tree/build/probe-dir/conf.c", hit=False),
     ]
     assert store_counts(outcomes, records) == (1, 4)
+
+
+def test_kiln_shard_names_its_stores_apart_from_probes() -> None:
+    assert describe_stores({"misses": 11, "stores": 5, "probe_stores": 6}) == (
+        "5 TUs (and 6 probes)"
+    )

@@ -7,7 +7,7 @@ import datetime as dt
 import json
 import os
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,11 @@ def store_counts(
         else:
             real += 1
     return real, probes
+
+
+def describe_stores(cache: Mapping[str, Any]) -> str:
+    """A shard's cache stores in words: real TUs first, probes apart."""
+    return f"{cache.get('stores', 0)} TUs (and {cache.get('probe_stores', 0)} probes)"
 
 
 def _read_partition_map(path: Path, count: int) -> dict[str, int]:
