@@ -346,8 +346,9 @@ def _started(
         stat = _proc_stat(proc.pid)
         session = stat.session if stat is not None else os.getsid(0)
         group = ProcessGroup(proc.pid, session, stat.start if stat is not None else 0)
-        _set_live(group, True)
     try:
+        if group is not None:
+            _set_live(group, True)
         yield proc, group
     finally:
         try:

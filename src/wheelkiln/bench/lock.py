@@ -26,6 +26,7 @@ orphan of the last one.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import errno
 import fcntl
@@ -184,8 +185,11 @@ class BuilderLock:
             description = {**self._description, "process_groups": [g.as_json() for g in groups]}
             data = (json.dumps(description, sort_keys=True) + "\n").encode()
             for fd in self._fds:
-                os.pwrite(fd, data, 0)
-                os.ftruncate(fd, len(data))
+                # The record only helps the next holder clean up: a full disk must not
+                # stop the build that is running.
+                with contextlib.suppress(OSError):
+                    os.pwrite(fd, data, 0)
+                    os.ftruncate(fd, len(data))
 
     def _end_orphans(self, previous: list[dict[str, Any]]) -> None:
         """End what the last holders, now dead, left running; refuse if it cannot be ended."""
