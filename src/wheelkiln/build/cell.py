@@ -13,6 +13,14 @@ from pathlib import Path
 
 from wheelkiln import run, ui
 from wheelkiln.build.environment import BuildEnvironment, ensure_environment, read_build_system
+from wheelkiln.build.job_env import (
+    check_nvcc_flags,
+    check_recipe_env,
+    expand_recipe_env,
+    inherited_environment,
+    jobs_environment,
+    resolve_jobs,
+)
 from wheelkiln.build.source import copy_tree, fetch_source, source_digest
 from wheelkiln.build.toolchain import Launch, find_nvcc, toolchain_environment
 from wheelkiln.build.wheel import WheelFacts, inspect_wheel
@@ -112,6 +120,7 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     job_dir = job_directory(workdir, cell, options.job_suffix)
     tree = job_dir / "src"
     title = f"{cell.id} {options.job_suffix}".rstrip()
+    check_recipe_env(recipe.build.env, loaded.path)  # before any work
     with ui.step(
         f"Preparing {title}",
         quiet=options.quiet,
@@ -136,16 +145,14 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
         )
     cache = make_cache(loaded, options, workdir, job_dir)
     launch = Launch(cache.executable() if cache else None, seat_wrapper=options.seat_wrapper)
-    env = dict(os.environ)
-    for name in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV"):
-        env.pop(name, None)
-    env.update(recipe.build.env)
-    jobs = options.jobs or recipe.build.jobs or os.cpu_count() or 1
+    env = inherited_environment(os.environ)
+    recipe_env = expand_recipe_env(recipe.build.env, environment.path, loaded.path)
+    env.update(recipe_env)
+    jobs = resolve_jobs(options.jobs, recipe.build.jobs, recipe_env, os.environ, loaded.path)
+    env.update(jobs_environment(jobs.jobs))
     env.update(
         {
             "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
-            "MAX_JOBS": env.get("MAX_JOBS", str(jobs)),
-            "CMAKE_BUILD_PARALLEL_LEVEL": str(jobs),
             "SKBUILD_BUILD_DIR": str(job_dir / "build"),
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
@@ -169,6 +176,7 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     env["PATH"] = os.pathsep.join(
         [p for p in (prepend, str(environment.bin_dir), env.get("PATH", "")) if p]
     )
+    check_nvcc_flags(env)
     dist = job_dir / "dist"
     dist.mkdir()
     settings = [f"--config-settings={k}={v}" for k, v in recipe.build.config_settings.items()]

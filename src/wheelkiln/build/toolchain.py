@@ -10,7 +10,10 @@ compiler the package's build system calls.
   and ``CUDA_INC_PATH`` the build env's NVIDIA wheel headers the toolkit lacks (cuBLAS...).
 * nvcc called by name, by ``PYTORCH_NVCC`` (torch's ninja writer) or as
   ``$CUDA_HOME/bin/nvcc`` (torch without ninja): a small ``nvcc`` script that adds
-  ``-MD -MF`` where no depfile was asked for, so ccache's depend mode applies.
+  ``-MD -MF`` where no depfile was asked for, so ccache's depend mode applies. CMake's
+  nvcc goes through the same launcher (``CMAKE_CUDA_COMPILER_LAUNCHER``). Both move
+  ``NVCC_APPEND_FLAGS``, ``NVCC_PREPEND_FLAGS`` and ``NVCC_CCBIN`` onto the command
+  line, where the cache hashes them (:mod:`wheelkiln.cache.launch`).
 """
 
 from __future__ import annotations
@@ -88,6 +91,24 @@ def compiler_identity(compiler: str) -> str:
     return lines[0].strip() if lines else "unknown"
 
 
+def probe_bypass_line(target: list[str]) -> str:
+    """A shell line that runs build-system probes as ``target "$@"``, past the cache.
+
+    Probes (:data:`wheelkiln.shard.wrapper.PROBE_MARKERS` in the working directory or an
+    argument: CMake's ``CMakeScratch/TryCompile-XXXX``, ``cmTC_*``, ``CompilerId``,
+    meson's ``meson-private``, autoconf's ``conftest``) compile throw-away sources from
+    random directories, or from the build environment (CMake's own ``CMakeCXXCompilerABI.cpp``
+    when cmake is a build requirement), so their entries miss whenever that path or the
+    environment changes. Counted as misses, they made zero misses unreachable for builds
+    whose real TUs all hit. The seat wrapper runs them uncached as well, so shards and the
+    link job agree; real TUs keep going through the cache and the gate still counts them.
+    """
+    from wheelkiln.shard.wrapper import PROBE_MARKERS
+
+    patterns = "|".join(f"*{marker}*" for marker in PROBE_MARKERS)
+    return f'case "$PWD $*" in {patterns}) {_exec_line(target)};; esac\n'
+
+
 def host_front_script(compiler: str, cache: str | None, seat_argv: list[str]) -> str:
     """The body of the CC/CXX script: the same bytes in shard jobs and link jobs.
 
@@ -96,6 +117,7 @@ def host_front_script(compiler: str, cache: str | None, seat_argv: list[str]) ->
     seat wrapper and a link script that exec'd ccache made every nvcc TU miss in the
     link job. So one script does both, switched by ``KILN_SEAT_FRONT`` in the
     environment, and names the real host compiler's version, which ccache then hashes.
+    Probes bypass the cache (:func:`probe_bypass_line`).
     """
     cached = [cache, compiler] if cache else [compiler]
     return (
@@ -103,8 +125,15 @@ def host_front_script(compiler: str, cache: str | None, seat_argv: list[str]) ->
         f'case "${SEAT_SWITCH}" in 1) {_exec_line([*seat_argv, compiler])};; esac\n'
         # nvcc's own host passes (-ccbin $CC) compile tmpxft_* temp files: ccache must
         # wrap nvcc itself, never its host compiler, so those go straight through.
-        f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n' + _exec_line(cached)
+        f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n'
+        + probe_bypass_line([compiler])
+        + _exec_line(cached)
     )
+
+
+def _write_front(path: Path, cached: list[str], direct: list[str]) -> None:
+    """A launcher script: probes run as *direct* + args, everything else as *cached*."""
+    _write_script(path, probe_bypass_line(direct) + _exec_line(cached))
 
 
 def wheel_cuda_includes(build_env: Path) -> list[Path]:
@@ -187,6 +216,20 @@ def toolchain_environment(
         if kind == "cmake":
             for lang in ("C", "CXX", "CUDA"):
                 env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = front
+            if not launch.seat_wrapper and launch.cache is not None:
+                # CMake appends the compiler and its arguments to the launcher.
+                cache_front = bin_dir / "cache-front"
+                _write_front(cache_front, [launch.cache], [])
+                env["CMAKE_C_COMPILER_LAUNCHER"] = str(cache_front)
+                env["CMAKE_CXX_COMPILER_LAUNCHER"] = str(cache_front)
+                # nvcc through kiln's launcher, as the seat wrapper runs it in shard
+                # jobs: it moves NVCC_APPEND_FLAGS & co. onto the command line, where the
+                # cache sees them, so link job and shards hash the same command.
+                nvcc_front = bin_dir / "nvcc-launch"
+                _write_front(
+                    nvcc_front, [*cache_launch.launcher_argv(real_python()), launch.cache], []
+                )
+                env["CMAKE_CUDA_COMPILER_LAUNCHER"] = str(nvcc_front)
                 if launch.seat_wrapper:
                     # Links go through the wrapper too (CMake >= 3.21), so a link that
                     # fails on unresolved symbols leaves a placeholder and ninja goes on
@@ -205,7 +248,7 @@ def toolchain_environment(
     if launch.seat_wrapper:
         shim_body = _exec_line([*seat_argv, nvcc])
     else:
-        shim_body = _exec_line(
+        shim_body = probe_bypass_line([nvcc]) + _exec_line(
             [*cache_launch.launcher_argv(real_python()), launch.cache or "", nvcc]
         )
     shim = bin_dir / "nvcc"

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from wheelkiln.matrix.cells import Cell
     from wheelkiln.recipe.load import LoadedRecipe
 
-DIGEST_VERSION = 1
+DIGEST_VERSION = 2
 """Bumped when what goes into the digest changes, so old entries stop matching."""
 
 BUILD_AFFECTING_ENV = (
@@ -48,6 +48,9 @@ BUILD_AFFECTING_ENV = (
     "CFLAGS",
     "CMAKE_ARGS",
     "CMAKE_GENERATOR",
+    "COMPILER_PATH",
+    "CPATH",
+    "CPLUS_INCLUDE_PATH",
     "CPPFLAGS",
     "CUDA_HOME",
     "CUDA_PATH",
@@ -56,9 +59,13 @@ BUILD_AFFECTING_ENV = (
     "CUDAFLAGS",
     "CXX",
     "CXXFLAGS",
+    "C_INCLUDE_PATH",
+    "GCC_EXEC_PREFIX",
     "LDFLAGS",
+    "LIBRARY_PATH",
     "MACOSX_DEPLOYMENT_TARGET",
     "NVCC_APPEND_FLAGS",
+    "NVCC_CCBIN",
     "NVCC_FLAGS",
     "NVCC_PREPEND_FLAGS",
     "NVCC_THREADS",
@@ -112,8 +119,12 @@ def _cell_digest(
     environment: BuildEnvironment,
     versions: Mapping[str, str],
 ) -> str:
+    from wheelkiln.build.job_env import expand_recipe_env
+
     recipe = loaded.recipe
-    env = {**os.environ, **recipe.build.env}
+    # The recipe's env as the build sees it: {build_env} and {site_packages} filled in.
+    recipe_env = expand_recipe_env(recipe.build.env, environment.path, loaded.path)
+    env = {**os.environ, **recipe_env}
     if cell.arch_list and "TORCH_CUDA_ARCH_LIST" not in env:
         env["TORCH_CUDA_ARCH_LIST"] = ";".join(cell.arch_list)
     return input_digest(
@@ -123,7 +134,9 @@ def _cell_digest(
         f"{environment.path.name}\n{environment.frozen()}",
         versions,
         build_affecting_env(
-            env, source_date_epoch=options.source_date_epoch, extra=options.extra_env
+            env,
+            source_date_epoch=options.source_date_epoch,
+            extra={**recipe_env, **options.extra_env},
         ),
     )
 

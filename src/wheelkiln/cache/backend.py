@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import sysconfig
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -98,6 +99,39 @@ class CacheBackend(Protocol):
         ...
 
     def version(self) -> str: ...
+
+
+CACHE_ENV_PREFIXES = ("CCACHE_", "SCCACHE_")
+"""Every variable with one of these prefixes configures a compiler cache."""
+
+USER_CACHE_SETTINGS_KEPT = frozenset(
+    {
+        # diagnostics: where the cache writes its log and debug files
+        "CCACHE_LOGFILE", "CCACHE_DEBUG", "CCACHE_DEBUGDIR", "CCACHE_DEBUGLEVEL",
+        "SCCACHE_LOG", "SCCACHE_ERROR_LOG",
+        # size limits and scratch space: how much is kept, never what a key means
+        "CCACHE_MAXSIZE", "CCACHE_MAXFILES", "CCACHE_TEMPDIR", "CCACHE_UMASK",
+        "SCCACHE_CACHE_SIZE",
+    }
+)  # fmt: skip
+"""Cache settings from the caller's environment that a build keeps: none of them can
+change what a hit returns or where entries go."""
+
+
+def scrub_cache_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """*environ* without the caller's compiler-cache settings.
+
+    ``CCACHE_DISABLE``, ``CCACHE_RECACHE``, ``CCACHE_NODEPEND``, ``CCACHE_SLOPPINESS``,
+    ``CCACHE_BASEDIR``, ``CCACHE_DIR``, ``CCACHE_CONFIGPATH``, ``SCCACHE_RECACHE``,
+    ``SCCACHE_CONF``... left in a user's shell would override the settings kiln makes
+    for correctness, or send entries somewhere the shard handoff never looks. Only
+    :data:`USER_CACHE_SETTINGS_KEPT` survive; the backend then adds its own.
+    """
+    return {
+        name: value
+        for name, value in environ.items()
+        if not name.startswith(CACHE_ENV_PREFIXES) or name in USER_CACHE_SETTINGS_KEPT
+    }
 
 
 def find_tool(name: str, extra_hint: str) -> str:

@@ -10,6 +10,11 @@ The settings here are part of correctness, not tuning:
   directories (shards, link job, two checkouts) share entries.
 * ``compiler_check`` by the compiler's ``--version`` output: nvcc on PATH may be a
   wrapper script whose mtime never changes when the toolkit behind it does.
+* no configuration file: ``CCACHE_CONFIGPATH`` names an empty one, so neither
+  ``/etc/ccache.conf`` nor a ``ccache.conf`` in the cache directory (which a shard
+  archive could carry) adds settings, and the caller's ``CCACHE_*`` variables are
+  removed (:func:`wheelkiln.cache.backend.scrub_cache_settings`). What ccache runs
+  with is exactly :meth:`Ccache.environment`.
 """
 
 from __future__ import annotations
@@ -18,7 +23,13 @@ import json
 import os
 
 from wheelkiln import run
-from wheelkiln.cache.backend import CacheConfig, CacheStats, TUOutcome, find_tool
+from wheelkiln.cache.backend import (
+    CacheConfig,
+    CacheStats,
+    TUOutcome,
+    find_tool,
+    scrub_cache_settings,
+)
 
 HIT_KEYS = ("direct_cache_hit", "preprocessed_cache_hit")
 MISS_KEYS = ("cache_miss", "recache")
@@ -64,6 +75,7 @@ class Ccache:
     def environment(self) -> dict[str, str]:
         config = self.config
         env = {
+            "CCACHE_CONFIGPATH": os.devnull,
             "CCACHE_DIR": str(config.cache_dir),
             "CCACHE_BASEDIR": str(config.base_dir),
             "CCACHE_NOHASHDIR": "1",
@@ -82,7 +94,7 @@ class Ccache:
         return env
 
     def _run(self, *args: str) -> str:
-        env = {**os.environ, **self.environment()}
+        env = {**scrub_cache_settings(os.environ), **self.environment()}
         return run.run([self._exe, *args], env=env, what=f"ccache {' '.join(args)}").output
 
     def start(self) -> None:

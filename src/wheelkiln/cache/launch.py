@@ -413,14 +413,76 @@ def is_nvcc_host_pass(args: Sequence[str]) -> bool:
     return has_nvcc_temp_file(args) or parent_is_nvcc()
 
 
-def compile_command(cache: str | None, compiler: str, args: Sequence[str]) -> list[str]:
+NVCC_ENV_FLAGS = ("NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN")
+"""Environment variables nvcc reads as command-line options. No compiler cache looks at
+them (ccache 4.14 hashes ``CPATH`` and friends, ``GCC_EXEC_PREFIX`` and
+``COMPILER_PATH``, never these), so a ``.cu`` compiled with ``NVCC_APPEND_FLAGS=-DX=1``
+and then ``-DX=2`` was a hit serving the first object. The launcher moves them onto the
+command line, where every cache hashes them, and takes them out of nvcc's environment
+so they do not apply twice."""
+
+_NVCC_QUOTING = frozenset("\"'\\")
+
+
+class NvccEnvironmentError(ValueError):
+    """An nvcc flag variable kiln cannot move onto the command line faithfully."""
+
+
+def nvcc_environment_args(
+    args: Sequence[str], environ: Mapping[str, str]
+) -> tuple[list[str], list[str]]:
+    """What :data:`NVCC_ENV_FLAGS` in *environ* add to nvcc's *args*: (before, after).
+
+    ``NVCC_PREPEND_FLAGS`` goes before the command line and ``NVCC_APPEND_FLAGS`` after
+    it, split at whitespace as nvcc splits them. ``NVCC_CCBIN`` becomes ``-ccbin VALUE``
+    unless the command line names a host compiler itself (which then wins, as in nvcc).
+
+    nvcc reads quotes and backslashes in these variables by rules of its own (quotes
+    stay in the option, a quoted ``-Xcompiler "-O2 -g"`` reaches gcc as one argument),
+    which no command line reproduces reliably: such a value raises
+    :class:`NvccEnvironmentError` rather than compile with a key that does not
+    describe the compile.
+    """
+    moved: dict[str, list[str]] = {}
+    for name in NVCC_ENV_FLAGS:
+        value = environ.get(name)
+        if not value or not value.strip():
+            continue
+        if name != "NVCC_CCBIN" and not _NVCC_QUOTING.isdisjoint(value):
+            raise NvccEnvironmentError(
+                f"{name}={value!r} holds quotes or backslashes, which nvcc reads by its "
+                "own rules: kiln cannot put them into the cache key faithfully. Pass these "
+                "flags through the build system (CMAKE_CUDA_FLAGS, extra_compile_args) or "
+                "write them without quotes."
+            )
+        moved[name] = [value] if name == "NVCC_CCBIN" else value.split()
+    if not moved:
+        return [], []
+    after = list(moved.get("NVCC_APPEND_FLAGS", []))
+    if "NVCC_CCBIN" in moved and not any(
+        arg in ("-ccbin", "--compiler-bindir") or arg.startswith("--compiler-bindir=")
+        for arg in args
+    ):
+        after = ["-ccbin", moved["NVCC_CCBIN"][0], *after]
+    return list(moved.get("NVCC_PREPEND_FLAGS", [])), after
+
+
+def compile_command(
+    cache: str | None,
+    compiler: str,
+    args: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+) -> list[str]:
     """The command that runs *compiler* with *args* through *cache* (None/"" = no cache).
 
-    nvcc calls get :func:`nvcc_depfile_args`, so ccache can run them in depend mode.
+    nvcc calls get the flags of :data:`NVCC_ENV_FLAGS` from *environ* (default: this
+    process's) on their command line, then :func:`nvcc_depfile_args`, so ccache can
+    run them in depend mode. Run it with :func:`compile_environment`.
     """
     call_args = list(args)
     if is_nvcc(compiler):
-        call_args = nvcc_depfile_args(call_args)
+        before, after = nvcc_environment_args(call_args, os.environ if environ is None else environ)
+        call_args = nvcc_depfile_args([*before, *call_args, *after])
     if cache:
         return [cache, compiler, *call_args]
     return [compiler, *call_args]
@@ -431,17 +493,23 @@ def compile_environment(
 ) -> dict[str, str] | None:
     """The environment for :func:`compile_command`, or None to inherit it unchanged.
 
-    An nvcc call under ccache always gets ``CCACHE_DEPEND=1`` (and loses
-    ``CCACHE_NODEPEND``): depend mode is a correctness setting for nvcc, not a choice,
-    and shards and link job must agree on it or the link job misses.
+    An nvcc call loses :data:`NVCC_ENV_FLAGS` (the command has them now). Under ccache
+    it always gets ``CCACHE_DEPEND=1`` (and loses ``CCACHE_NODEPEND``): depend mode is
+    a correctness setting for nvcc, not a choice, and shards and link job must agree on
+    it or the link job misses.
     """
-    if not cache or not is_nvcc(compiler):
+    if not is_nvcc(compiler):
         return None
-    if not os.path.basename(cache).lower().startswith("ccache"):
+    source = os.environ if environ is None else environ
+    under_ccache = bool(cache) and os.path.basename(cache or "").lower().startswith("ccache")
+    if not under_ccache and not any(name in source for name in NVCC_ENV_FLAGS):
         return None
-    env = dict(os.environ if environ is None else environ)
-    env["CCACHE_DEPEND"] = "1"
-    env.pop("CCACHE_NODEPEND", None)
+    env = dict(source)
+    for name in NVCC_ENV_FLAGS:
+        env.pop(name, None)
+    if under_ccache:
+        env["CCACHE_DEPEND"] = "1"
+        env.pop("CCACHE_NODEPEND", None)
     return env
 
 
@@ -454,7 +522,11 @@ def exec_compile(cache: str | None, compiler: str, args: list[str]) -> NoReturn:
     """
     if cache and not is_nvcc(compiler) and is_nvcc_host_pass(args):
         cache = None
-    command = compile_command(cache, compiler, args)
+    try:
+        command = compile_command(cache, compiler, args)
+    except NvccEnvironmentError as error:
+        sys.stderr.write(f"kiln launcher: {error}\n")
+        raise SystemExit(2) from None
     env = compile_environment(cache, compiler)
     if env is not None:
         os.execvpe(command[0], command, env)

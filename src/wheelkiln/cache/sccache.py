@@ -14,7 +14,13 @@ import socket
 from urllib.parse import urlparse
 
 from wheelkiln import run
-from wheelkiln.cache.backend import CacheConfig, CacheStats, TUOutcome, find_tool
+from wheelkiln.cache.backend import (
+    CacheConfig,
+    CacheStats,
+    TUOutcome,
+    find_tool,
+    scrub_cache_settings,
+)
 from wheelkiln.errors import UsageError
 
 REMOTE_SCHEMES = {
@@ -48,6 +54,8 @@ class Sccache:
         config = self.config
         namespace = config.namespace or ""
         env = {
+            # no configuration file (~/.config/sccache/config): only these settings
+            "SCCACHE_CONF": os.devnull,
             "SCCACHE_SERVER_PORT": str(self._port),
             "SCCACHE_BASEDIRS": str(config.base_dir),
             "SCCACHE_IDLE_TIMEOUT": "0",
@@ -69,7 +77,7 @@ class Sccache:
         return env
 
     def _run(self, *args: str, check: bool = True) -> str:
-        env = {**os.environ, **self.environment()}
+        env = {**scrub_cache_settings(os.environ), **self.environment()}
         return run.run([self._exe, *args], env=env, check=check, what=f"sccache {args[0]}").output
 
     def start(self) -> None:

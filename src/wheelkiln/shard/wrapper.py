@@ -16,7 +16,9 @@ Per call it decides, in this order:
    ``cmTC_``, ``meson-private``, ``conftest`` in the source, output or cwd;
    one-source compiles in a temp directory outside the package root, such as
    pybind11's ``has_flag``; compiles from stdin or to ``/dev/null``) always run for
-   real: a stubbed probe would silently change the build's configuration.
+   real: a stubbed probe would silently change the build's configuration. They run
+   past the cache, as the link job's compiler fronts run them
+   (:func:`wheelkiln.build.toolchain.probe_bypass_line`): their keys are random.
 3. A one-source compile (a **TU**): with ``KILN_SHARD_COUNT`` unset it is a
    **passthrough** (the source partition); in slice it is a **compile** through the
    cache; out of slice it is a **stub**: a copy of ``KILN_STUB_OBJECT`` plus an empty
@@ -549,9 +551,10 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
         exit_code = 0
     elif action == "host-pass":
         exit_code = spawn_and_wait(argv)
-    else:  # compile, probe, passthrough: the real thing, through the cache
-        command = launch.compile_command(config.cache, compiler, args)
-        exit_code = spawn_and_wait(command, launch.compile_environment(config.cache, compiler))
+    else:  # compile, passthrough: the real thing, through the cache; a probe past it
+        cache = None if action == "probe" else config.cache  # as the link job's fronts do
+        command = launch.compile_command(cache, compiler, args)
+        exit_code = spawn_and_wait(command, launch.compile_environment(cache, compiler))
     append_record(
         config.log_path,
         _record(
@@ -600,7 +603,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = SeatConfig.from_environ(os.environ)
         return run(arguments[0], arguments[1:], config)
-    except WrapperConfigError as error:
+    except (WrapperConfigError, launch.NvccEnvironmentError) as error:
         sys.stderr.write(f"kiln wrapper: {error}\n")
         return 2
 
