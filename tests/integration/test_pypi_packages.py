@@ -8,8 +8,9 @@ builds themselves, not hard-coded:
 * The package's own TUs are the TU keys the shards compiled for real (``compile``
   records in their wrapper logs). Each must be compiled by exactly one shard, and
   together they must be exactly the package's TUs in the reference build.
-* Build-system probes are compiled by *every* shard and by the link job, through the
-  cache: CMake's compiler-ABI and try_compile checks for awkward-cpp; pycryptodome's
+* Build-system probes are compiled by *every* shard and by the link job. Those a probe
+  marker names (CMake's compiler-ABI and try_compile checks for awkward-cpp) run past
+  the cache; the others go through it: pycryptodome's
   ``compiler_opt.test_compilation``, which writes ``build/test1.c`` again for each
   feature and compiles it (the probes that fail on purpose, such as ``intrin.h`` on
   Linux, are uncacheable and counted by neither ccache nor this test).
@@ -65,20 +66,15 @@ def _shard_logs(workdir: Path, cell: str) -> list[list[dict[str, Any]]]:
 
 
 def _cacheable_probe_compiles(records: list[dict[str, Any]], target: Target) -> int:
-    """Probe compiles in one shard that ccache can store: those that succeeded. (CMake's
-    probe links also pass the wrapper, as "probe" records without ``-c``: not cached.)"""
+    """Probe compiles in one shard that ccache can store: those that succeeded and that no
+    probe marker names (those, "probe" records, run past the cache in every job)."""
     return sum(
         1
         for record in records
         if record.get("exit") == 0
         and "-c" in record.get("argv", [])
-        and (
-            record["action"] == "probe"
-            or (
-                record["action"] in ("compile", "link-probe-rebuild")
-                and not str(record.get("tu") or "").startswith(target.package_tus)
-            )
-        )
+        and record["action"] in ("compile", "link-probe-rebuild")
+        and not str(record.get("tu") or "").startswith(target.package_tus)
     )
 
 
