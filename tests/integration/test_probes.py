@@ -33,7 +33,8 @@ include(CheckCSourceCompiles)
 # A probe whose source differs on every configure, like a try_compile in a fresh
 # CMakeScratch/TryCompile-XXXX directory: its key is new every time.
 string(RANDOM LENGTH 12 ALPHABET 0123456789 salt)
-check_c_source_compiles("int main(void) { return ${salt} != 0 ? 0 : 1; }" PROBE_OK)
+check_c_source_compiles("int main(void) { unsigned long long s = 1${salt}ULL; return s == 0; }"
+                        PROBE_OK)
 if(NOT PROBE_OK)
   message(FATAL_ERROR "the probe did not compile")
 endif()

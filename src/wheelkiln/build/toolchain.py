@@ -216,6 +216,11 @@ def toolchain_environment(
         if kind == "cmake":
             for lang in ("C", "CXX", "CUDA"):
                 env[f"CMAKE_{lang}_COMPILER_LAUNCHER"] = front
+                if launch.seat_wrapper:
+                    # Links go through the wrapper too (CMake >= 3.21), so a link that
+                    # fails on unresolved symbols leaves a placeholder and ninja goes on
+                    # to the rest of the shard's TUs instead of stopping there.
+                    env[f"CMAKE_{lang}_LINKER_LAUNCHER"] = front
             if not launch.seat_wrapper and launch.cache is not None:
                 # CMake appends the compiler and its arguments to the launcher.
                 cache_front = bin_dir / "cache-front"
@@ -230,11 +235,6 @@ def toolchain_environment(
                     nvcc_front, [*cache_launch.launcher_argv(real_python()), launch.cache], []
                 )
                 env["CMAKE_CUDA_COMPILER_LAUNCHER"] = str(nvcc_front)
-                if launch.seat_wrapper:
-                    # Links go through the wrapper too (CMake >= 3.21), so a link that
-                    # fails on unresolved symbols leaves a placeholder and ninja goes on
-                    # to the rest of the shard's TUs instead of stopping there.
-                    env[f"CMAKE_{lang}_LINKER_LAUNCHER"] = front
             if launch.seat_wrapper:
                 env["CMAKE_ARGS"] = device_link_hook(bin_dir, seat)
         else:
