@@ -667,6 +667,7 @@ def link(
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.output_paths import check_input_dir
     from wheelkiln.recipe.load import find_recipe
+    from wheelkiln.shard.ledger import describe_ledger
     from wheelkiln.shard.link import run_link
 
     limits = ArchiveLimits.resolve(max_unpacked_size, max_members)
@@ -696,6 +697,7 @@ def link(
         ("wall", f"{result.outcome.wall_seconds:.1f} s"),
         ("wheel", wheel["path"] if wheel else "none"),
         ("verify", describe_verify(result.record.get("verify"))),
+        ("ledger", describe_ledger(result.record["link"].get("ledger"))),
         ("record", str(result.record_path)),
     ]
     ui.console.print(_summary_table("kiln link", rows))

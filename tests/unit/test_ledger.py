@@ -131,3 +131,18 @@ def test_a_module_no_shard_linked_is_unmapped_not_failed() -> None:
     ledger = compile_ledger([MODULE], logs)
     assert ledger.unmapped == (MODULE,)
     assert ledger.problems == ()
+
+
+def test_summary_line_names_the_module_no_shard_compiled() -> None:
+    from wheelkiln.shard.ledger import describe_ledger
+
+    stubbed = compile_ledger([MODULE], {index: shard_log(index, set()) for index in range(3)})
+    assert describe_ledger(stubbed.as_dict()) == (
+        f"1 of 1 module(s) compiled by no shard: {MODULE}; 3 device link(s), 3 tolerated"
+    )
+    fine = compile_ledger([MODULE, "pkg/_other.so"], {0: shard_log(0, set(TUS))})
+    assert describe_ledger(fine.as_dict()) == (
+        "1 module(s) with shard compile records; 1 not in any shard's links; "
+        "1 device link(s), 1 tolerated"
+    )
+    assert describe_ledger(None) == "not kept"

@@ -21,6 +21,7 @@ from wheelkiln.errors import GateError, KilnError
 from wheelkiln.matrix.cells import Cell
 from wheelkiln.paths import default_workdir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.shard.ledger import describe_ledger
 from wheelkiln.shard.link import run_link
 from wheelkiln.shard.partition import shard_label
 
@@ -344,6 +345,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     if wheel:
         lines.append(f"wheel: {wheel.get('path', wheel['name'])}")
     lines.append(f"verify: {describe_verify(link.get('verify'))}")
+    lines.append(f"ledger: {describe_ledger(link['link'].get('ledger'))}")
     verdict = (
         "[green]link gate passed[/green]" if report["gate"]["passed"] else "[red]gate failed[/red]"
     )

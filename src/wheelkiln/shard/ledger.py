@@ -190,3 +190,23 @@ def compile_ledger(
                 "that sends its TUs to no shard?)"
             )
     return CompileLedger(tuple(modules), tuple(unmapped), tuple(problems))
+
+
+def describe_ledger(ledger: Mapping[str, Any] | None) -> str:
+    """One line for a summary, from a link record's ``ledger``."""
+    if not ledger:
+        return "not kept"
+    modules = ledger.get("modules") or []
+    failing = [m["module"] for m in modules if m.get("compiled") == 0]
+    device_links = sum(m.get("device_links", 0) for m in modules)
+    tolerated = sum(m.get("device_links_tolerated", 0) for m in modules)
+    text = f"{len(modules)} module(s) with shard compile records"
+    if failing:
+        text = f"{len(failing)} of {len(modules)} module(s) compiled by no shard: " + ", ".join(
+            failing
+        )
+    if ledger.get("unmapped"):
+        text += f"; {len(ledger['unmapped'])} not in any shard's links"
+    if device_links:
+        text += f"; {device_links} device link(s), {tolerated} tolerated"
+    return text
