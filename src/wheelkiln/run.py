@@ -5,8 +5,8 @@ checked before it starts so a missing tool gets a message that names PATH, and i
 output is captured: shown only on failure unless verbose, or streamed line by line
 into a log file for long builds.
 
-Every command also runs in a process group of its own, and nothing it starts outlives
-kiln. A build is a tree (pip, the build backend, ninja, the compilers), and ending only
+Every command also runs in a process group (and session) of its own, and nothing it
+starts outlives kiln. A build is a tree (pip, the build backend, ninja, the compilers), and ending only
 the process kiln started leaves the rest compiling: after a ``kill -9`` of ``kiln
 bench`` its compilers went on, and the next bench timed its build under their load
 and deleted their tree. Four things close that:
@@ -332,13 +332,15 @@ def _started(
         resolved,
         cwd=cwd,
         env=child_env,
-        # A process outside the terminal's foreground group that reads it is stopped.
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",
-        process_group=0 if own_group else None,
+        # A session of its own is a group of its own without the terminal: a command
+        # that asks there (git's password prompt) fails, where in a background group of
+        # kiln's session it would be stopped by SIGTTIN and wait forever.
+        start_new_session=own_group,
         preexec_fn=_die_with(os.getpid()),
     )
     group = None
@@ -539,8 +541,8 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
 def install_signal_handlers() -> None:
     """End the groups on ``SIGTERM``, ``SIGHUP`` and ``SIGINT`` and at exit (once).
 
-    Commands run in groups of their own, outside the terminal's foreground group, so a
-    signal to kiln (or ^C) no longer reaches them. Handlers can only be set from the main
+    Commands run in sessions of their own, away from the terminal, so a signal to kiln
+    (or ^C) no longer reaches them. Handlers can only be set from the main
     thread; this runs at import and again before each command. A signal that someone
     else handles or ignores (``nohup``) is left alone.
     """

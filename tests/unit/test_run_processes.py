@@ -21,7 +21,7 @@ import pytest
 from wheelkiln import run
 from wheelkiln.bench.lock import BuilderLock
 
-DEADLINE = 10.0
+DEADLINE = 30.0  # generous: polls end as soon as the condition holds, and CI machines are loaded
 
 
 def alive(pid: int) -> bool:
@@ -161,6 +161,32 @@ def test_what_a_command_leaves_running_is_ended_when_it_returns(
     assert f"kiln: ended 1 process(es) that sh -c 'sleep 300 >/dev/null 2>&1 & echo $!' left " \
            f"running (pid {left})" in err
     assert run.live_groups() == ()
+
+
+TERMINAL = textwrap.dedent(
+    """
+    import os, sys
+    os.setsid()
+    os.open(sys.argv[1], os.O_RDWR)  # a session leader's first terminal becomes its own
+    os.close(os.open("/dev/tty", os.O_RDONLY))  # kiln has a terminal
+    from wheelkiln import run
+    print(run.run(["sh", "-c", "(exec 3</dev/tty) 2>/dev/null && echo terminal || echo none"])
+          .output.strip())
+    """
+)
+
+
+def test_a_command_has_no_terminal_to_wait_on() -> None:
+    """A prompt on the terminal (git asking for a password) fails instead of stopping the
+    command forever, as it would in a background group of kiln's own session."""
+    master, slave = os.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-c", TERMINAL, os.ttyname(slave)],
+                              capture_output=True, text=True, timeout=60, check=True)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert done.stdout.strip() == "none"
 
 
 def test_a_timeout_ends_the_whole_group() -> None:
