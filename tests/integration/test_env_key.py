@@ -419,6 +419,45 @@ def test_quoted_nvcc_flags_are_refused_not_cached(tmp_path: Path) -> None:
     assert not (tmp_path / "k.o").exists()
 
 
+CMAKE_CUDA_PROJECT = """
+cmake_minimum_required(VERSION 3.20)
+project(envkey CUDA)
+add_executable(k k.cu)
+set_target_properties(k PROPERTIES CUDA_ARCHITECTURES 80)
+"""
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(shutil.which("ninja") is None, reason="ninja is not installed")
+def test_cmake_nvcc_flag_variables_key_the_compile(tmp_path: Path) -> None:
+    """CMake's nvcc goes through kiln's CUDA launcher, which moves the variables too."""
+    from wheelkiln.build.toolchain import Launch, toolchain_environment
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "CMakeLists.txt").write_text(CMAKE_CUDA_PROJECT)
+    (tmp_path / "src" / "k.cu").write_text(CU_PROGRAM)
+    cache = KilnCcache(tmp_path)
+    backend = cache.backend
+
+    def build(build_dir: str, value: int) -> tuple[str, int]:
+        env = {**cache.env, "NVCC_APPEND_FLAGS": f"-DX={value}"}
+        env.update(toolchain_environment(Launch(backend.executable()), "cmake", tmp_path / "bin"))
+        backend.zero_stats()
+        for command in (
+            ["cmake", "-G", "Ninja", "-S", str(tmp_path / "src"), "-B", str(tmp_path / build_dir)],
+            ["cmake", "--build", str(tmp_path / build_dir)],
+        ):
+            done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+            assert done.returncode == 0, done.stdout + done.stderr
+        stats = backend.stats()
+        verdict = f"{stats.hits} hit(s), {stats.misses} miss(es)"
+        return verdict, subprocess.run([str(tmp_path / build_dir / "k")], check=False).returncode
+
+    assert build("b1", 1) == ("0 hit(s), 1 miss(es)", 1)
+    assert build("b2", 1) == ("1 hit(s), 0 miss(es)", 1)
+    assert build("b3", 2) == ("0 hit(s), 1 miss(es)", 2)
+
+
 # --------------------------------------------------------------------------- kiln build
 
 NVCC_PACKAGE = {

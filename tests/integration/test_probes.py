@@ -111,7 +111,7 @@ def test_probes_stay_out_of_a_sharded_link_jobs_misses(
     recipe = tmp_path / "probed.toml"
     recipe.write_text(f'name = "probed"\n[source]\npath = "{tree}"\n[sharding]\ncount = 2\n')
     report = kiln.json("build", recipe, "--shards", "2", "--out", tmp_path / "out",
-                       "--no-wheel-cache", "--workdir", tmp_path / "work")  # fmt: skip
+                       "--workdir", tmp_path / "work")  # fmt: skip
     link = report["link"]
     # Each job's probe had a new source: cached, the link job's would have been a miss.
     assert link["link"]["gate"]["passed"], link["link"]["gate"]
