@@ -146,3 +146,19 @@ def test_summary_line_names_the_module_no_shard_compiled() -> None:
         "1 device link(s), 1 tolerated"
     )
     assert describe_ledger(None) == "not kept"
+
+
+def test_sharded_summary_has_the_ledger_line_when_the_link_kept_one() -> None:
+    from wheelkiln.executors.local import summary_lines
+
+    ledger = compile_ledger([MODULE], {index: shard_log(index, set()) for index in range(3)})
+    report = {
+        "count": 3, "wall_seconds": 9.0, "slowest_shard_plus_link_seconds": 7.0,
+        "measured": {"shards": 3, "parallel": 2, "jobs": [1, 1, 1], "cpus": 2},
+        "unsharded_cold_seconds": None,
+        "link": {"cache": {"hits": 0, "misses": 4, "total": 4}, "link": {"ledger": ledger.as_dict()}},
+        "gate": {"passed": False, "problems": list(ledger.problems)},
+    }  # fmt: skip
+    assert f"ledger: 1 of 1 module(s) compiled by no shard: {MODULE}; 3 device link(s), 3 tolerated" in (
+        summary_lines(report)
+    )

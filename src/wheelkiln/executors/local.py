@@ -345,7 +345,9 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     if wheel:
         lines.append(f"wheel: {wheel.get('path', wheel['name'])}")
     lines.append(f"verify: {describe_verify(link.get('verify'))}")
-    lines.append(f"ledger: {describe_ledger(link['link'].get('ledger'))}")
+    ledger = link.get("link", {}).get("ledger")
+    if ledger is not None:
+        lines.append(f"ledger: {describe_ledger(ledger)}")
     verdict = (
         "[green]link gate passed[/green]" if report["gate"]["passed"] else "[red]gate failed[/red]"
     )
