@@ -301,8 +301,8 @@ def test_torch_ninja_extension_shards_through_pytorch_nvcc(
     assert not re.search(r"(?m)^\s*(?:\S*/)?(?:ccache|sccache) \S*(?:ccache|sccache)\b", build_log)
     ninja_file = next((tmp_path / "refwork").rglob("build.ninja"))
     ninja_text = ninja_file.read_text()
-    assert re.search(r"(?m)^nvcc = \S*/kiln-bin/nvcc$", ninja_text), "PYTORCH_NVCC is the shim"
-    assert re.search(r"(?m)^cxx = \S*/kiln-bin/c\+\+$", ninja_text), "no ccache before CXX"
+    assert re.search(r"(?m)^nvcc = \S*/bin/[0-9a-f]{20}/nvcc$", ninja_text), "PYTORCH_NVCC is the shim"
+    assert re.search(r"(?m)^cxx = \S*/bin/[0-9a-f]{20}/c\+\+$", ninja_text), "no ccache before CXX"
 
     report = kiln.json("build", recipe, "--shards", str(SHARDS), "--out", tmp_path / "sharded",
                        "--workdir", tmp_path / "work", "--no-wheel-cache")
@@ -426,14 +426,14 @@ def test_host_compiler_script_is_the_same_bytes_in_shard_and_link_jobs(tmp_path:
 
     cache = _fake_cache(tmp_path)
     shard = toolchain_environment(Launch(str(cache), seat_wrapper=True), "setuptools",
-                                  tmp_path / "shard" / "kiln-bin")
-    link = toolchain_environment(Launch(str(cache)), "setuptools", tmp_path / "link" / "kiln-bin")
-    for name in ("cc", "c++"):
-        assert (tmp_path / "shard" / "kiln-bin" / name).read_bytes() == \
-            (tmp_path / "link" / "kiln-bin" / name).read_bytes()
+                                  tmp_path / "shard" / "kiln-bin", scripts_dir=tmp_path / "bin")
+    link = toolchain_environment(Launch(str(cache)), "setuptools", tmp_path / "link" / "kiln-bin",
+                                 scripts_dir=tmp_path / "bin")
+    for name in ("CC", "CXX"):  # one content-addressed script, one path, in both jobs
+        assert shard[name] == link[name] and Path(link[name]).parent.parent == tmp_path / "bin"
     assert shard["KILN_SEAT_FRONT"] == "1" and link["KILN_SEAT_FRONT"] == "0"
     assert shard["TORCH_NO_COMPILER_WRAPPER"] == link["TORCH_NO_COMPILER_WRAPPER"] == "1"
-    script = (tmp_path / "link" / "kiln-bin" / "c++").read_text()
+    script = Path(link["CXX"]).read_text()
     assert "g++ (" in script.splitlines()[1], "the host compiler's version is in the hashed bytes"
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
@@ -456,14 +456,15 @@ def test_cuda_home_names_the_toolkit_not_the_shim(tmp_path: Path) -> None:
     if find_nvcc() is None:
         pytest.skip("no nvcc")
     env = toolchain_environment(Launch(str(_fake_cache(tmp_path))), "setuptools",
-                                tmp_path / "kiln-bin")
+                                tmp_path / "kiln-bin", scripts_dir=tmp_path / "bin")
     home = Path(env["CUDA_HOME"])
-    assert (home / "bin" / "nvcc").is_file() and "kiln-bin" not in str(home)
-    assert env["PYTORCH_NVCC"] == str(tmp_path / "kiln-bin" / "nvcc")
+    assert (home / "bin" / "nvcc").is_file() and str(tmp_path) not in str(home)
+    shim = Path(env["PYTORCH_NVCC"])
+    assert shim.name == "nvcc" and shim.parent.parent == tmp_path / "bin"
     shimmed = toolchain_environment(Launch(str(_fake_cache(tmp_path))), "setuptools",
-                                    tmp_path / "job" / "kiln-bin", cuda_home_nvcc=True)
-    assert os.path.realpath(Path(shimmed["CUDA_HOME"]) / "bin" / "nvcc") == \
-        str(tmp_path / "job" / "kiln-bin" / "nvcc")
+                                    tmp_path / "job" / "kiln-bin", cuda_home_nvcc=True,
+                                    scripts_dir=tmp_path / "bin")
+    assert os.path.realpath(Path(shimmed["CUDA_HOME"]) / "bin" / "nvcc") == str(shim)
 
 
 def test_wheel_math_headers_go_on_cuda_inc_path(tmp_path: Path) -> None:

@@ -72,6 +72,38 @@ def _write_script(path: Path, body: str) -> None:
     path.chmod(0o755)
 
 
+def front_scripts_dir() -> Path:
+    """Where the compiler front scripts live: ``$KILN_HOME/bin``."""
+    from wheelkiln.paths import kiln_home
+
+    return kiln_home() / "bin"
+
+
+def install_script(scripts_dir: Path, name: str, body: str) -> Path:
+    """Write a front script at ``scripts_dir/<digest>/name``, the digest of its content.
+
+    Build systems record the compiler's path in what they install (meson's
+    ``cc.cmd_array()`` in numpy's and scipy's ``__config__.py``), and torch hands
+    ``$CC`` to nvcc as ``-ccbin``. A script under a job's directory put that job's work
+    directory into the wheel, so a sharded wheel (built by the link job) differed from
+    an unsharded one. The same content now has one path in every job and every build.
+    The file is written once, atomically (parallel shard jobs write the same bytes).
+    """
+    import hashlib
+
+    text = "#!/bin/sh\n" + body + "\n"
+    digest = hashlib.sha256(f"{name}\0{text}".encode()).hexdigest()[:20]
+    path = scripts_dir / digest / name
+    if path.is_file() and path.read_text() == text and os.access(path, os.X_OK):
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{name}.{os.getpid()}.tmp")
+    temporary.write_text(text)
+    temporary.chmod(0o755)
+    temporary.replace(path)
+    return path
+
+
 def _exec_line(argv: list[str]) -> str:
     return f'exec {shlex.join(argv)} "$@"'
 
@@ -181,13 +213,17 @@ def toolchain_environment(
     *,
     cuda_home_nvcc: bool = False,
     build_env: Path | None = None,
+    scripts_dir: Path | None = None,
 ) -> dict[str, str]:
-    """Environment variables (and scripts written into ``bin_dir``) for one build.
+    """Environment variables (and the front scripts they name) for one build.
 
     ``kind`` is the build system: 'cmake', 'meson' or 'setuptools'. CC and CXX are each
     one executable (a script), never ``launcher gcc``: torch passes ``-ccbin $CC`` to
-    nvcc, which needs a single path. ``build_env`` is the cell's build environment: its
-    NVIDIA wheels' headers go on CUDA_INC_PATH where the toolkit lacks them.
+    nvcc, which needs a single path. The scripts go to content-addressed paths under
+    ``scripts_dir`` (default :func:`front_scripts_dir`, see :func:`install_script`);
+    ``bin_dir`` (in the job's directory) holds only job-local helpers (the merged CUDA
+    wheel headers, the CUDA_HOME shim). ``build_env`` is the cell's build environment:
+    its NVIDIA wheels' headers go on CUDA_INC_PATH where the toolkit lacks them.
     """
     from wheelkiln.cache import launch as cache_launch
     from wheelkiln.shard import wrapper
@@ -201,17 +237,19 @@ def toolchain_environment(
         "cc": os.environ.get("KILN_HOST_CC", "gcc"),
         "c++": os.environ.get("KILN_HOST_CXX", "g++"),
     }
-    seat = bin_dir / "kiln-seat"
+    scripts = scripts_dir or front_scripts_dir()
     seat_argv = wrapper.launcher_argv(real_python())
     env[SEAT_SWITCH] = "1" if launch.seat_wrapper else "0"
+    front = launch.cache
     if launch.seat_wrapper:
-        _write_script(seat, _exec_line(seat_argv))
+        front = str(install_script(scripts, "kiln-seat", _exec_line(seat_argv)))
         # The cache the wrapper runs in-slice compiles through.
         env["KILN_CACHE"] = launch.cache or ""
+    fronts: dict[str, Path] = {}
     if launch.seat_wrapper or launch.cache is not None:
         for name, compiler in host.items():
-            _write_script(bin_dir / name, host_front_script(compiler, launch.cache, seat_argv))
-    front = str(seat) if launch.seat_wrapper else launch.cache
+            body = host_front_script(compiler, launch.cache, seat_argv)
+            fronts[name] = install_script(scripts, name, body)
     if front is not None:
         if kind == "cmake":
             for lang in ("C", "CXX", "CUDA"):
@@ -245,8 +283,8 @@ def toolchain_environment(
             if launch.seat_wrapper:
                 env["CMAKE_ARGS"] = device_link_hook(bin_dir, seat)
         else:
-            env["CC"] = str(bin_dir / "cc")
-            env["CXX"] = str(bin_dir / "c++")
+            env["CC"] = str(fronts["cc"])
+            env["CXX"] = str(fronts["c++"])
     nvcc = find_nvcc()
     if nvcc is None:
         return env
@@ -258,12 +296,11 @@ def toolchain_environment(
         shim_body = probe_bypass_line([nvcc]) + _exec_line(
             [*cache_launch.launcher_argv(real_python()), launch.cache or "", nvcc]
         )
-    shim = bin_dir / "nvcc"
-    _write_script(shim, shim_body)
+    shim = install_script(scripts, "nvcc", shim_body)
     env["PYTORCH_NVCC"] = str(shim)
     env["NVCC"] = str(shim)
     if kind != "cmake":
-        env["KILN_PATH_PREPEND"] = str(bin_dir)
+        env["KILN_PATH_PREPEND"] = str(shim.parent)
     if "CUDA_INC_PATH" not in os.environ:
         inc_path = cuda_inc_path(toolkit_home(nvcc), build_env, bin_dir)
         if inc_path is not None:
