@@ -161,3 +161,22 @@ def test_partition_map_file_takes_the_last_duplicate(tmp_path: Path) -> None:
     path.write_text('{"a.cu": 1, "b.cu": 0, "a.cu" : 3}')
     assert PartitionMapFile(path).get("a.cu") == 3 == load_partition_map(path)["a.cu"]
     assert shard_of("a.cu", 4, PartitionMapFile(path)) == 3
+
+
+def test_generated_sources_are_keyed_relative_to_the_build_dir() -> None:
+    """meson-python's default build dir is <tree>/.mesonpy-<random>: keyed against the
+    tree, a generated TU got a different key in every shard."""
+    keys = {
+        tu_key("_cy.cpython-311-x86_64-linux-gnu.so.p/src/demo_meson/_cy.pyx.c",
+               f"/work/shard-{index}/src", f"/work/shard-{index}/src/.mesonpy-{random}",
+               f"/work/shard-{index}/src/.mesonpy-{random}")
+        for index, random in ((0, "n5_7jr60"), (1, "x2kq0b1d"), (2, "a9zz1c3e"))
+    }
+    assert keys == {"<build>/_cy.cpython-311-x86_64-linux-gnu.so.p/src/demo_meson/_cy.pyx.c"}
+    # a source of the tree itself, compiled from the build dir, keeps its tree key
+    assert tu_key("../csrc/kernel.c", "/w/src", "/w/src/.mesonpy-1", "/w/src/.mesonpy-1") == "csrc/kernel.c"
+    # a build dir outside the tree (kiln's stable one)
+    assert tu_key("table.c", "/w/job/src", "/w/job/build", "/w/job/build") == "<build>/table.c"
+    assert tu_key("/w/job/build/x/y.c", "/w/job/src", "/elsewhere", "/w/job/build/") == "<build>/x/y.c"
+    assert tu_key("/w/job/buildings/y.c", "/w/job/src", "/", "/w/job/build") == "../buildings/y.c"
+    assert tu_key("table.c", "C:\\w\\src", "C:\\w\\build", "C:\\w\\build") == "<build>/table.c"

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelkiln import run, ui
+from wheelkiln.build.backend import backend_settings, frontend_arguments
 from wheelkiln.build.environment import BuildEnvironment, ensure_environment, read_build_system
 from wheelkiln.build.job_env import (
     check_nvcc_flags,
@@ -150,10 +151,19 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     env.update(recipe_env)
     jobs = resolve_jobs(options.jobs, recipe.build.jobs, recipe_env, os.environ, loaded.path)
     env.update(jobs_environment(jobs.jobs))
+    backend = backend_settings(
+        system.kind,
+        job_dir / "build",
+        jobs.jobs,
+        keep_going=options.seat_wrapper,  # shard jobs
+        recipe_settings=recipe.build.config_settings,
+        environ=env,
+    )
+    env.update(backend.env)
     env.update(
         {
             "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
-            "SKBUILD_BUILD_DIR": str(job_dir / "build"),
+            "KILN_BUILD_DIR": str(job_dir / "build"),
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
     )
@@ -179,7 +189,7 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     check_nvcc_flags(env)
     dist = job_dir / "dist"
     dist.mkdir()
-    settings = [f"--config-settings={k}={v}" for k, v in recipe.build.config_settings.items()]
+    settings = frontend_arguments(recipe.build.frontend, backend.config_settings)
     if recipe.build.frontend == "pip":
         argv = [
             str(environment.python),
@@ -195,7 +205,6 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
             str(tree),
         ]
     else:
-        settings = [s.replace("--config-settings=", "--config-setting=") for s in settings]
         argv = [
             str(environment.python),
             "-m",

@@ -241,8 +241,9 @@ def toolchain_environment(
     seat_argv = wrapper.launcher_argv(real_python())
     env[SEAT_SWITCH] = "1" if launch.seat_wrapper else "0"
     front = launch.cache
+    seat = install_script(scripts, "kiln-seat", _exec_line(seat_argv))
     if launch.seat_wrapper:
-        front = str(install_script(scripts, "kiln-seat", _exec_line(seat_argv)))
+        front = str(seat)
         # The cache the wrapper runs in-slice compiles through.
         env["KILN_CACHE"] = launch.cache or ""
     fronts: dict[str, Path] = {}

@@ -24,7 +24,7 @@ import shutil
 import tempfile
 import time
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,7 @@ def verify_wheel(outcome: BuildOutcome, loaded: LoadedRecipe, *, smoke: bool) ->
             hint=f"See the build log: {outcome.log_path}",
         )
     check_contents(outcome.wheel, loaded.recipe.verify)
+    check_no_work_directory(outcome.wheel.path, [outcome.job_dir.parent])
     result: dict[str, Any] = {
         "contents": "passed",
         "extension_modules": list(loaded.recipe.verify.extension_modules),
@@ -220,3 +221,62 @@ def ensure_smoke_environment(interpreter: str, requirements: list[str]) -> Path:
             json.dumps({"interpreter": interpreter, "requires": sorted(set(requirements))})
         )
         return python
+
+
+def _blank_debug_sections(data: bytes) -> bytes:
+    """An ELF file with its ``.debug_*`` sections zeroed; anything else unchanged.
+
+    DWARF records the compile's working directory (``DW_AT_comp_dir``) by design, and
+    setuptools compiles with ``-g``: that is a property of the debug info, not a path
+    the package uses. Everything else (``__config__.py``, RPATHs, strings) is checked.
+    """
+    import struct
+
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:  # 64-bit little-endian only
+        return data
+    try:
+        shoff, = struct.unpack_from("<Q", data, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+        names_offset, = struct.unpack_from("<Q", data, shoff + shstrndx * shentsize + 0x18)
+        blanked = bytearray(data)
+        for index in range(shnum):
+            header = shoff + index * shentsize
+            name, = struct.unpack_from("<I", data, header)
+            offset, size = struct.unpack_from("<QQ", data, header + 0x18)
+            end = data.find(b"\0", names_offset + name)
+            section = data[names_offset + name : end]
+            if section.startswith((b".debug_", b".zdebug_")):
+                blanked[offset : offset + size] = bytes(min(size, max(0, len(data) - offset)))
+        return bytes(blanked)
+    except struct.error:
+        return data  # not a well-formed ELF file: search all of it
+
+
+def check_no_work_directory(wheel: Path, work_dirs: Sequence[Path]) -> None:
+    """No file in *wheel* names a kiln work directory (a job's private copy of the tree,
+    its build directory, its compiler front scripts).
+
+    A wheel that names one ships the build machine's layout: meson's ``__config__.py``
+    recorded ``<workdir>/<cell>/kiln-bin/cc``, so the sharded wheel (from the link job's
+    directory) differed from the unsharded one. Debug sections are not searched
+    (:func:`_blank_debug_sections`).
+    """
+    needles = {str(path).encode() for path in work_dirs}
+    needles |= {os.path.realpath(path).encode() for path in work_dirs}
+    found: list[str] = []
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.infolist():
+            if member.is_dir():
+                continue
+            data = _blank_debug_sections(archive.read(member))
+            if any(needle in data for needle in needles):
+                found.append(member.filename)
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise BuildError(
+            f"{wheel.name}: {len(found)} file(s) name the kiln work directory "
+            f"{sorted(str(path) for path in work_dirs)[0]}: {shown}.",
+            hint="The wheel would ship this machine's build layout. Find what records the "
+            "path (a compiler command, an RPATH, a generated config file) and make it "
+            "record a stable one.",
+        )

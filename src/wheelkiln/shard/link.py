@@ -396,7 +396,10 @@ def _explain_misses(
         entry: dict[str, Any] = {"tu": source}
         link_cmd = commands.get(source)
         key = tu_key(
-            source, outcome.tree, link_cmd[1] if link_cmd and link_cmd[1] else str(outcome.tree)
+            source,
+            outcome.tree,
+            link_cmd[1] if link_cmd and link_cmd[1] else str(outcome.tree),
+            outcome.job_dir / "build",  # generated TUs: keyed as the shards' wrapper keys them
         )
         entry["tu"] = key
         if key in shard_compiles:

@@ -6,9 +6,12 @@ source partition.
 The key is the TU's source path **relative to the package root**, with POSIX
 separators. Relative, because every local shard builds in its own copy of the tree
 (and CI shards in their own checkout), so absolute paths differ between shards while
-relative ones agree; generated sources in a sibling build directory get a ``../`` key,
-which is just as stable as long as the build directory sits at the same place relative
-to the tree. POSIX separators, so a Windows shard and a Linux tool agree on the key.
+relative ones agree. Generated sources (Cython output, configure_file and custom_target
+outputs) live in the build directory, wherever the backend put it: meson-python's
+default is a random ``<tree>/.mesonpy-XXXXXXXX``. Their key is their path relative to
+the build directory, under the prefix ``<build>/``, so shards agree on them wherever
+each shard's build directory is. POSIX separators, so a Windows shard and a Linux tool
+agree on the key.
 
 The shard is ``int(md5(key).hexdigest()[:8], 16) % count``: the reference farm uses
 exactly this, 32 bits of a well-mixed hash are plenty for counts up to a few hundred,
@@ -38,29 +41,46 @@ def _uses_windows_paths(*paths: str) -> bool:
     return any("\\" in path or (len(path) > 1 and path[1] == ":") for path in paths)
 
 
+BUILD_DIR_KEY = "<build>"
+"""The key prefix of a TU generated into the build directory: ``<build>/_cy.pyx.c``."""
+
+
 def tu_key(
     source: str | os.PathLike[str],
     package_root: str | os.PathLike[str],
     cwd: str | os.PathLike[str] | None = None,
+    build_dir: str | os.PathLike[str] | None = None,
 ) -> str:
     """The partition key of *source*: its path relative to *package_root*, POSIX style.
 
     A relative *source* is taken relative to *cwd* (default: the current directory), as
-    the compiler would. Paths are normalised lexically (``a/../b`` → ``b``); symlinks are
-    resolved only when that key leaves the root (``../``): then the key is taken
-    between the real paths of source and root. Windows paths (backslashes or a drive)
-    are handled with Windows rules on every platform, so keys computed anywhere agree.
+    the compiler would. A source inside *build_dir* (when given) is keyed relative to
+    it instead, as ``<build>/path``. Paths are normalised lexically (``a/../b`` →
+    ``b``); symlinks are resolved only when the key leaves the root (``../``): then the
+    key is taken between the real paths of source and root. Windows paths (backslashes
+    or a drive) are handled with Windows rules on every platform, so keys computed
+    anywhere agree.
     """
     source_path = os.fspath(source)
     root_path = os.fspath(package_root)
     cwd_path = os.getcwd() if cwd is None else os.fspath(cwd)
+    build_path = None if build_dir is None else os.fspath(build_dir)
     if os.sep == "/" and _uses_windows_paths(source_path, root_path, cwd_path):
         import ntpath  # here only: Windows-style keys off Windows
 
         absolute = ntpath.normpath(ntpath.join(cwd_path, source_path))
+        if build_path:
+            build = ntpath.normpath(ntpath.join(cwd_path, build_path))
+            if absolute.lower().startswith(build.rstrip("\\").lower() + "\\"):
+                relative = ntpath.relpath(absolute, build).replace("\\", "/")
+                return f"{BUILD_DIR_KEY}/{relative}"
         relative = ntpath.relpath(absolute, ntpath.normpath(ntpath.join(cwd_path, root_path)))
         return relative.replace("\\", "/")
     absolute = os.path.normpath(os.path.join(cwd_path, source_path))
+    if build_path:
+        build = os.path.normpath(os.path.join(cwd_path, build_path))
+        if absolute.startswith(build.rstrip("/") + "/"):
+            return f"{BUILD_DIR_KEY}/{os.path.relpath(absolute, build)}"
     root = os.path.normpath(os.path.join(cwd_path, root_path))
     key = os.path.relpath(absolute, root).replace("\\", "/")
     if key.startswith("../"):

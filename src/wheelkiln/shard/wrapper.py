@@ -33,7 +33,7 @@ Per call it decides, in this order:
    **passthrough** through the cache.
 
 Environment: ``KILN_SHARD_INDEX``, ``KILN_SHARD_COUNT`` (unset/empty: source mode),
-``KILN_PACKAGE_ROOT``, ``KILN_SHARD_LOG``, ``KILN_CACHE``, ``KILN_STUB_OBJECT``,
+``KILN_PACKAGE_ROOT``, ``KILN_BUILD_DIR``, ``KILN_SHARD_LOG``, ``KILN_CACHE``, ``KILN_STUB_OBJECT``,
 ``KILN_PARTITION_MAP``. Each call appends one JSON line to ``KILN_SHARD_LOG``:
 ``{"tu", "action", "seconds", "exit", "output", "argv", "cwd", "pid"}``, and for a
 tolerated link the symbols the linker named (``"unresolved"``, ``"unresolved_count"``).
@@ -99,6 +99,7 @@ class SeatConfig:
     """The wrapper's configuration, read from ``KILN_*`` environment variables."""
 
     __slots__ = (
+        "build_dir",
         "cache",
         "log_path",
         "package_root",
@@ -117,6 +118,7 @@ class SeatConfig:
         cache: str | None = None,
         stub_object: str | None = None,
         partition_map_path: str | None = None,
+        build_dir: str | None = None,
     ) -> None:
         self.shard_index = shard_index
         self.shard_count = shard_count
@@ -126,6 +128,8 @@ class SeatConfig:
         self.cache = cache
         self.stub_object = stub_object
         self.partition_map_path = partition_map_path
+        self.build_dir = build_dir
+        """The backend's build directory: TUs generated there are keyed relative to it."""
 
     @property
     def seat_active(self) -> bool:
@@ -140,6 +144,7 @@ class SeatConfig:
             cache=environ.get("KILN_CACHE") or None,
             stub_object=environ.get("KILN_STUB_OBJECT") or None,
             partition_map_path=environ.get("KILN_PARTITION_MAP") or None,
+            build_dir=environ.get("KILN_BUILD_DIR") or None,
         )
         if not count_text:
             return config
@@ -225,7 +230,7 @@ def decide(
 
     tu: str | None = None
     if parsed.is_tu and config.package_root is not None:
-        tu = partition.tu_key(parsed.sources[0], config.package_root, cwd)
+        tu = partition.tu_key(parsed.sources[0], config.package_root, cwd, config.build_dir)
 
     paths = [*parsed.sources, raw_output or "", cwd]
     if any(marker in path for path in paths for marker in PROBE_MARKERS):

@@ -1,0 +1,49 @@
+"""Wheel verification: no file in the wheel names a kiln work directory."""
+
+from __future__ import annotations
+
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from wheelkiln.build.verify import check_no_work_directory
+from wheelkiln.errors import BuildError
+
+
+def _wheel(path: Path, files: dict[str, bytes]) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(name, data)
+    return path
+
+
+def test_a_config_file_naming_the_work_directory_fails(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    config = f'C_COMPILER = "{work}/demo-meson-py3.11-linux-x86_64-link/kiln-bin/cc"\n'.encode()
+    wheel = _wheel(tmp_path / "a.whl", {"pkg/__init__.py": b"", "pkg/__config__.py": config})
+    with pytest.raises(BuildError) as error:
+        check_no_work_directory(wheel, [work])
+    assert error.value.message == (
+        f"a.whl: 1 file(s) name the kiln work directory {work}: pkg/__config__.py."
+    )
+    stable = f'C_COMPILER = "{tmp_path}/home/bin/38a0018d144a410bc5c9/cc"\n'.encode()
+    check_no_work_directory(_wheel(tmp_path / "b.whl", {"pkg/__config__.py": stable}), [work])
+
+
+@pytest.mark.compile
+def test_debug_info_is_not_searched_but_an_rpath_is(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    job = work / "cell" / "src"
+    job.mkdir(parents=True)
+    (job / "m.c").write_text("int f(void) { return 1; }\n")
+    subprocess.run(["gcc", "-g", "-shared", "-fPIC", "m.c", "-o", "m.so"], cwd=job, check=True)
+    data = (job / "m.so").read_bytes()
+    assert str(job).encode() in data, "DWARF names the compile's directory"
+    check_no_work_directory(_wheel(tmp_path / "g.whl", {"pkg/m.so": data}), [work])
+    subprocess.run(["gcc", "-shared", "-fPIC", "m.c", "-o", "r.so", f"-Wl,-rpath,{job}"],
+                   cwd=job, check=True)
+    wheel = _wheel(tmp_path / "r.whl", {"pkg/r.so": (job / "r.so").read_bytes()})
+    with pytest.raises(BuildError, match=r"pkg/r\.so"):
+        check_no_work_directory(wheel, [work])
