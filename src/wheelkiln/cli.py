@@ -558,6 +558,7 @@ def shard(
             f"{actions.get('probe', 0)} probes, {actions.get('link-unresolved', 0)} tolerated link failures",
         ),
         ("build exit", str(result.outcome.exit_code)),
+        ("failed links", "\n".join(result.gate.links) or "none"),
         ("cache stores", describe_stores(result.record["cache"])),
         ("wall", f"{result.outcome.wall_seconds:.1f} s"),
         ("archive", str(result.archive) if result.archive else "none"),

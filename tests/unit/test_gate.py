@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -12,13 +13,18 @@ import pytest
 from wheelkiln.shard.gate import (
     DIAGNOSTIC_PATTERNS,
     UNRESOLVED_PATTERNS,
+    ExpectedCompile,
     find_diagnostics,
     find_objects,
     has_unresolved_symbols,
     is_unresolved_only,
+    missing_compiles,
+    read_compile_database,
     shard_gate,
     unresolved_symbols,
 )
+from wheelkiln.shard.partition import is_mine
+from wheelkiln.shard.wrapper_log import read_wrapper_log
 
 GNU_UNRESOLVED = """\
 /usr/bin/ld: build/temp.linux-x86_64-cpython-311/csrc/flash_api.o: in function `mha_fwd(at::Tensor&)':
@@ -118,7 +124,8 @@ UNRESOLVED_LOGS = [
 RECORDS: list[dict[str, object]] = [
     {"tu": "csrc/a.cu", "action": "compile", "exit": 0, "output": "/b/a.o"},
     {"tu": "csrc/b.cu", "action": "stub", "exit": 0, "output": "/b/b.o"},
-    {"tu": None, "action": "link", "exit": 1, "output": "/b/x.so"},
+    # a link that failed on unresolved symbols, as the wrapper records it
+    {"tu": None, "action": "link", "exit": 1, "output": "/b/x.so", "unresolved": ["launch_fwd(int)"]},
 ]
 OBJECTS = [("/b/a.o", 5120), ("/b/b.o", 808)]
 
@@ -204,9 +211,9 @@ def test_diagnostics_come_in_log_order() -> None:
             1,
             OTHER_LINK_ERROR,
             OBJECTS,
-            RECORDS,
+            [*RECORDS[:2], {**RECORDS[2], "unresolved": None}],
             False,
-            "without an unresolved",
+            "after a link that failed with something other than unresolved symbols",
             id="other-link-error",
         ),
         pytest.param(
@@ -383,3 +390,80 @@ def test_outputs_of_several_linkers_mixed_in_one_log() -> None:
     assert len(texts) == 4
     assert is_unresolved_only("\n".join(texts))
     assert not is_unresolved_only("\n".join([*texts, (LINKER_FIXTURES / "lld" / "multiple-definition.txt").read_text()]))
+
+
+# --------------------------------------------------------------------------- half-way builds
+# A real meson-python shard (examples/demo-meson, shard 1/3, before kiln recognised GNU
+# ld's relocation form and kept ninja going): the _core link failed at step 17 of 20,
+# "ninja: build stopped: subcommand failed" at step 18, and the Cython TU (step 19)
+# never compiled. The build directory was kept, so its objects were there.
+
+HALFWAY = Path(__file__).parent / "fixtures" / "meson-halfway"
+HALFWAY_ROOT = "/build-host/work/demo-meson-py3.11-linux-x86_64-shard-0-of-3/src"
+CYTHON_TU = "<build>/_cy.cpython-311-x86_64-linux-gnu.so.p/_cy.pyx.c"
+
+
+def _halfway() -> tuple[str, list[tuple[str, int]], list[dict[str, object]], list[ExpectedCompile]]:
+    log = (HALFWAY / "build.log").read_text()
+    objects = [(path, size) for path, size in json.loads((HALFWAY / "objects.json").read_text())]
+    records = read_wrapper_log(HALFWAY / "wrapper.jsonl")
+    database = read_compile_database(HALFWAY / "compile_commands.json", HALFWAY_ROOT, "/build-host/build")
+    assert database is not None
+    return log, objects, records, database
+
+
+def test_halfway_fixture_is_what_it_says() -> None:
+    log, objects, _records, database = _halfway()
+    assert "[17/20] Linking target _core" in log and "ninja: build stopped: subcommand failed." in log
+    assert "[19/20]" not in log
+    assert [compile_.tu for compile_ in database].count("csrc/kernel.c") == 2, "kernel.c twice"
+    assert len(database) == 14 and CYTHON_TU in {compile_.tu for compile_ in database}
+    assert any(size > 1 for _, size in objects) and has_unresolved_symbols(log)
+
+
+def test_a_shard_that_stopped_half_way_fails_naming_what_never_compiled() -> None:
+    """Today's main passed it: objects exist and the log has an unresolved-symbol line."""
+    log, objects, records, database = _halfway()
+    # the slice of shard 1/3 with a partition map that gives it the Cython TU: the log
+    # is the same either way, since the build stopped before that TU's step
+    mapping = {CYTHON_TU: 0}
+    in_slice = [c for c in database if is_mine(c.tu, 0, 3, mapping)]
+    result = shard_gate(1, log, objects, records, in_slice)
+    assert not result.passed
+    assert result.reasons == (
+        f"1 of the 7 compile(s) of this shard's slice never ran (the build stopped before them): {CYTHON_TU}",
+    )
+    assert result.slice_compiles == 7
+    assert missing_compiles(in_slice, records) == [c for c in database if c.tu == CYTHON_TU]
+
+
+def test_a_failed_link_that_is_not_unresolved_symbols_fails_without_a_compile_database() -> None:
+    log, objects, records, _ = _halfway()
+    result = shard_gate(1, log, objects, records)
+    assert not result.passed
+    assert result.reasons[0].startswith(
+        "build exited 1 after a link that failed with something other than unresolved symbols "
+        "(_core.cpython-311-x86_64-linux-gnu.so: failed (exit 1)"
+    )
+
+
+def test_a_complete_slice_passes_and_reports_the_failed_link() -> None:
+    """Under keep-going, an unrecognised link costs one target: the slice still compiled."""
+    log, objects, records, database = _halfway()
+    in_slice = [c for c in database if is_mine(c.tu, 0, 3)]
+    result = shard_gate(1, log, objects, records, in_slice)
+    assert result.passed, result.reasons
+    assert result.links == (
+        "_core.cpython-311-x86_64-linux-gnu.so: failed (exit 1) with something other than unresolved symbols",
+    )
+
+
+def test_tolerated_links_say_why() -> None:
+    records = [
+        *RECORDS[:2],
+        {"action": "link-unresolved", "exit": 1, "output": "/b/_core.so",
+         "unresolved": ["dm_kernel_level2", "a", "b"], "unresolved_count": 5},
+    ]
+    result = shard_gate(0, "", OBJECTS, records)
+    assert result.passed
+    assert result.links == ("_core.so: tolerated, unresolved symbols only (dm_kernel_level2, a, b and 2 more)",)

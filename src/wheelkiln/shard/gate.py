@@ -240,6 +240,10 @@ class ShardGateResult:
     """Build-system probes run for real."""
     actions: dict[str, int] = field(default_factory=dict)
     """Wrapper records per action (``{"compile": 12, "stub": 30, "host-pass": 24}``)."""
+    links: tuple[str, ...] = ()
+    """Links that failed, each with why it was tolerated (or that it was not recognised)."""
+    slice_compiles: int | None = None
+    """Compiles of the slice checked against the compile database (None: no database)."""
 
 
 def _action_counts(records: Iterable[Mapping[str, object]]) -> dict[str, int]:
@@ -352,11 +356,71 @@ def _real_diagnostics(build_log: str, records: Sequence[Mapping[str, object]]) -
     return real
 
 
+@dataclass(frozen=True)
+class ExpectedCompile:
+    """A compile the build system will run, from its compile database."""
+
+    tu: str
+    """The partition key of its source."""
+    output: str | None
+    """The object's real absolute path, where the database names it."""
+
+
+def missing_compiles(
+    expected: Iterable[ExpectedCompile], records: Sequence[Mapping[str, object]]
+) -> list[ExpectedCompile]:
+    """The *expected* compiles that no successful wrapper record shows.
+
+    A compile is matched by its object path where the database gives one (one source
+    compiled twice with different flags makes two objects under one key), else by key.
+    """
+    outputs: set[str] = set()
+    keys: set[str] = set()
+    for record in records:
+        if not _is_tu_compile(record) or _failed(record):
+            continue
+        output, tu = record.get("output"), record.get("tu")
+        if isinstance(output, str):
+            outputs.add(os.path.realpath(output))
+        if isinstance(tu, str):
+            keys.add(tu)
+    return [
+        compile_
+        for compile_ in expected
+        if (compile_.output not in outputs if compile_.output else compile_.tu not in keys)
+    ]
+
+
+def _link_notes(records: Sequence[Mapping[str, object]]) -> tuple[list[str], list[str]]:
+    """(tolerated links, failed links the wrapper did not recognise), one line each."""
+    tolerated: list[str] = []
+    unrecognised: list[str] = []
+    for record in records:
+        action, output = record.get("action"), record.get("output")
+        name = Path(str(output)).name if output else "a link"
+        symbols = record.get("unresolved")
+        shown = ", ".join(str(s) for s in symbols[:3]) if isinstance(symbols, list) else ""
+        count = record.get("unresolved_count")
+        more = f" and {count - 3} more" if isinstance(count, int) and count > 3 else ""
+        if action == "link-unresolved" or (action == "link" and _failed(record) and symbols):
+            what = "tolerated"
+            if action == "link":
+                what = f"failed (exit {record.get('exit')})"
+            tolerated.append(f"{name}: {what}, unresolved symbols only ({shown}{more})")
+        elif action == "link" and _failed(record):
+            unrecognised.append(
+                f"{name}: failed (exit {record.get('exit')}) with something other than "
+                "unresolved symbols"
+            )
+    return tolerated, unrecognised
+
+
 def shard_gate(
     exit_code: int,
     build_log: str,
     objects: Sequence[tuple[str, int]],
     wrapper_records: Sequence[Mapping[str, object]],
+    expected: Sequence[ExpectedCompile] | None = None,
 ) -> ShardGateResult:
     """Decide whether a shard's build is acceptable.
 
@@ -367,10 +431,17 @@ def shard_gate(
       failed in the wrapper's records: a broken TU is broken in the link job too.
       Probes compiled under a fixed in-tree name that the build went past are not TU
       failures (:func:`scratch_probe_failures`).
-    * Exit 0 passes on those two alone.
+    * *expected*, the compiles of this shard's slice from the build's compile database
+      (None where the build system writes none, as setuptools), must all have run:
+      each one missing is named. This is the proof that a build which stopped (ninja
+      at step 418 of 488, after a link it could not get past) filled the whole slice.
+    * Exit 0 passes on those alone.
     * A non-zero exit passes only if real objects (larger than one byte and not a stub
-      the wrapper wrote) exist *and* the failure was the expected one: an
-      unresolved-symbol line in the log, or a ``link-unresolved`` record.
+      the wrapper wrote) exist and the failure was the expected one. With the slice
+      proven complete, any failed links are only reported. Without that proof, every
+      link that failed must have failed on unresolved symbols alone (a link that failed
+      otherwise stopped the build, and the TUs after it never compiled), and the log
+      must show an unresolved-symbol error or the wrapper must have tolerated one.
     """
     counts = _action_counts(wrapper_records)
     result_counts = {
@@ -396,6 +467,14 @@ def shard_gate(
     if failed:
         names = ", ".join(str(record.get("tu")) for record in failed[:5])
         reasons.append(f"{len(failed)} TU compile(s) failed in the wrapper: {names}")
+    missing = missing_compiles(expected, wrapper_records) if expected is not None else []
+    if missing and wrapper_records and not failed:
+        names = ", ".join(sorted({compile_.tu for compile_ in missing})[:10])
+        reasons.append(
+            f"{len(missing)} of the {len(expected or ())} compile(s) of this shard's slice "
+            f"never ran (the build stopped before them): {names}"
+        )
+    tolerated, unrecognised = _link_notes(wrapper_records)
 
     if exit_code != 0 and not reasons:
         stubs = _latest_stub_outputs(wrapper_records)
@@ -407,13 +486,26 @@ def shard_gate(
                 f"build exited {exit_code} and left no compiled objects (only stubs or "
                 "empty files): the shard compiled nothing"
             )
-        if not (has_unresolved_symbols(build_log) or counts.get("link-unresolved")):
-            reasons.append(
-                f"build exited {exit_code} without an unresolved-symbol link error, "
-                "the only failure a shard is allowed"
-            )
+        elif expected is None:
+            if unrecognised:
+                reasons.append(
+                    f"build exited {exit_code} after a link that failed with something "
+                    f"other than unresolved symbols ({'; '.join(unrecognised[:3])}): the "
+                    "build stopped there, and without a compile database nothing shows "
+                    "that the rest of the slice compiled"
+                )
+            elif not (has_unresolved_symbols(build_log) or tolerated):
+                reasons.append(
+                    f"build exited {exit_code} without an unresolved-symbol link error, "
+                    "the only failure a shard is allowed"
+                )
     return ShardGateResult(
-        passed=not reasons, reasons=tuple(reasons), actions=counts, **result_counts
+        passed=not reasons,
+        reasons=tuple(reasons),
+        actions=counts,
+        links=(*tolerated, *unrecognised),
+        slice_compiles=None if expected is None else len(expected),
+        **result_counts,
     )
 
 
@@ -430,3 +522,56 @@ def find_objects(build_dirs: Iterable[str | os.PathLike[str]]) -> list[tuple[str
                     except OSError:
                         continue  # a dangling link or a file removed meanwhile
     return sorted(found.items())
+
+
+def read_compile_database(
+    path: str | os.PathLike[str],
+    package_root: str | os.PathLike[str],
+    build_dir: str | os.PathLike[str] | None = None,
+) -> list[ExpectedCompile] | None:
+    """The TU compiles listed in a ``compile_commands.json``, or None without one.
+
+    meson always writes the file into its build directory, CMake when
+    ``CMAKE_EXPORT_COMPILE_COMMANDS`` is on. Entries that are not one-source compiles
+    (meson lists Cython's transpile steps too) and build-system probes are left out.
+    An unreadable file is None: the gate then falls back to the log rules.
+    """
+    import json
+    import shlex
+
+    from wheelkiln.shard.partition import tu_key
+
+    try:
+        entries = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entries, list):
+        return None
+    compiles: list[ExpectedCompile] = []
+    for entry in entries:
+        if not isinstance(entry, dict):
+            continue
+        directory = str(entry.get("directory", ""))
+        arguments = entry.get("arguments")
+        if not isinstance(arguments, list):
+            try:
+                arguments = shlex.split(str(entry.get("command", "")))
+            except ValueError:
+                continue
+        arguments = [str(argument) for argument in arguments]
+        if not arguments or not directory:
+            continue
+        parsed = parse_compiler_args(arguments[0], arguments[1:])
+        source = str(entry.get("file") or (parsed.sources[0] if parsed.sources else ""))
+        if not parsed.is_tu or not source:
+            continue
+        if any(marker in value for value in (source, directory) for marker in PROBE_MARKERS):
+            continue
+        output = entry.get("output") or parsed.object_path()
+        compiles.append(
+            ExpectedCompile(
+                tu_key(source, package_root, directory, build_dir),
+                str(Path(directory, str(output)).resolve()) if output else None,
+            )
+        )
+    return compiles

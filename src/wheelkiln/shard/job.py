@@ -30,8 +30,14 @@ from wheelkiln.errors import UsageError
 from wheelkiln.matrix.cells import Cell
 from wheelkiln.paths import default_workdir
 from wheelkiln.recipe.load import LoadedRecipe
-from wheelkiln.shard.gate import ShardGateResult, find_objects, shard_gate
-from wheelkiln.shard.partition import load_partition_map, shard_label
+from wheelkiln.shard.gate import (
+    ExpectedCompile,
+    ShardGateResult,
+    find_objects,
+    read_compile_database,
+    shard_gate,
+)
+from wheelkiln.shard.partition import is_mine, load_partition_map, shard_label
 from wheelkiln.shard.source_filter import apply_source_partition
 from wheelkiln.shard.wrapper import PROBE_MARKERS
 from wheelkiln.shard.wrapper_log import WrapperRecord, read_wrapper_log
@@ -192,7 +198,8 @@ def run_shard(
     outcome = build_cell(loaded, cell, shard_options)
     records = read_wrapper_log(wrapper_log)
     objects = find_objects([job_dir / "build", tree])
-    gate = shard_gate(outcome.exit_code, outcome.log_text, objects, records)
+    expected = _slice_compiles(outcome, job_dir / "build", index, count, mechanism, partition_map)
+    gate = shard_gate(outcome.exit_code, outcome.log_text, objects, records, expected)
     fingerprint = toolchain_fingerprint(loaded, cell, outcome.versions)
     stats = outcome.stats.as_dict() if outcome.stats is not None else {}
     manifest = {
@@ -209,7 +216,12 @@ def run_shard(
             {str(r["tu"]) for r in records if r.get("action") == "compile" and r.get("tu")}
         ),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "gate": {"passed": gate.passed, "reasons": list(gate.reasons)},
+        "gate": {
+            "passed": gate.passed,
+            "reasons": list(gate.reasons),
+            "links": list(gate.links),
+            "slice_compiles": gate.slice_compiles,
+        },
     }
     archive = None
     if gate.passed:
@@ -244,6 +256,39 @@ def run_shard(
         json.dumps(record, indent=2, sort_keys=True) + "\n"
     )
     return ShardResult(index, count, mechanism, outcome, gate, archive, record)
+
+
+def _slice_compiles(
+    outcome: BuildOutcome,
+    build_dir: Path,
+    index: int,
+    count: int,
+    mechanism: str,
+    partition_map: dict[str, int] | None,
+) -> list[ExpectedCompile] | None:
+    """The compiles of this shard's slice that the build had to run, from its compile
+    database (meson, CMake), or None where there is none (setuptools).
+
+    A database lists every target's compiles; ninja's ``-t commands`` lists those of the
+    default targets, which is what the build runs, so compiles of targets outside
+    them (``build_by_default: false``, ``EXCLUDE_FROM_ALL``) are not expected.
+    """
+    database = read_compile_database(build_dir / "compile_commands.json", outcome.tree, build_dir)
+    if database is None:
+        return None
+    ninja = shutil.which("ninja", path=f"{outcome.environment.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    if ninja is not None and (build_dir / "build.ninja").is_file():
+        listed = run.run([ninja, "-C", str(build_dir), "-t", "commands"], check=False)
+        if listed.returncode == 0:
+            database = [
+                compile_
+                for compile_ in database
+                if compile_.output is None
+                or os.path.relpath(compile_.output, os.path.realpath(build_dir)) in listed.output
+            ]
+    if mechanism == "source":
+        return database  # the tree holds only this slice's sources: all of them compile
+    return [c for c in database if is_mine(c.tu, index, count, partition_map)]
 
 
 def versions_for(

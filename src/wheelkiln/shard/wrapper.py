@@ -497,42 +497,36 @@ def run_link(
             rebuild_stub(record, config)
 
     command = launch.compile_command(config.cache, compiler, args)
+    # An executable's failed link keeps its exit code (a build system may be asking
+    # whether it links); a shared library's or device link's is the expected shard
+    # failure when it is unresolved symbols only. Either way the record says which.
     tolerable = parsed.shared or parsed.stage == "device-link"
-    if not tolerable:
-        exit_code = spawn_and_wait(command)
-        append_record(
-            config.log_path,
-            _record(
-                None, "link", time.perf_counter() - started, exit_code, decision.output, argv, cwd
-            ),
-        )
-        return _exit_code(exit_code)
-
     exit_code, stderr = spawn_capturing_stderr(command)
     sys.stderr.buffer.write(stderr)
     sys.stderr.flush()
     action = "link"
     symbols: list[str] = []
-    if exit_code > 0 and decision.output:
+    if exit_code > 0:
         from wheelkiln.shard import gate  # here only: the gate's regexes import re
 
         text = stderr.decode("utf-8", "replace")
         if gate.is_unresolved_only(text):
-            symbols = gate.unresolved_symbols(text)
-            if parsed.stage == "device-link":
-                write_stub(config.stub_object, decision.output)  # linked on: must be an object
-            else:
-                _write_file(decision.output, b"")
-            sys.stderr.write(
-                f"kiln wrapper: unresolved symbols only, expected in a shard: wrote a "
-                f"placeholder {decision.output} and carried on\n"
-            )
-            action = "link-unresolved"
+            symbols = gate.unresolved_symbols(text) or ["?"]
+    if symbols and tolerable and decision.output:
+        if parsed.stage == "device-link":
+            write_stub(config.stub_object, decision.output)  # linked on: must be an object
+        else:
+            _write_file(decision.output, b"")
+        sys.stderr.write(
+            f"kiln wrapper: unresolved symbols only, expected in a shard: wrote a "
+            f"placeholder {decision.output} and carried on\n"
+        )
+        action = "link-unresolved"
     record = _record(
         None, action, time.perf_counter() - started, exit_code, decision.output, argv, cwd
     )
-    if action == "link-unresolved":
-        # why it was tolerated, for the shard summary: the symbols the linker named
+    if symbols:
+        # why it failed or was tolerated, for the shard gate and summary
         record["unresolved"] = symbols[:_SYMBOLS_LOGGED]
         record["unresolved_count"] = len(symbols)
     append_record(config.log_path, record)
