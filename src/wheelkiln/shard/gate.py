@@ -391,6 +391,18 @@ def missing_compiles(
     ]
 
 
+def _is_library_link(record: Mapping[str, object]) -> bool:
+    """A shared-library or device link: a target of the package. A failed executable
+    link is most often a build system asking whether something links (a feature test
+    in a temporary directory), and its answer is not a shard failure."""
+    argv = record.get("argv")
+    if not isinstance(argv, list) or not argv:
+        return True  # nothing says otherwise: count it
+    arguments = [str(item) for item in argv]
+    parsed = parse_compiler_args(arguments[0], arguments[1:])
+    return parsed.shared or parsed.stage == "device-link"
+
+
 def _link_notes(records: Sequence[Mapping[str, object]]) -> tuple[list[str], list[str]]:
     """(tolerated links, failed links the wrapper did not recognise), one line each."""
     tolerated: list[str] = []
@@ -407,7 +419,7 @@ def _link_notes(records: Sequence[Mapping[str, object]]) -> tuple[list[str], lis
             if action == "link":
                 what = f"failed (exit {record.get('exit')})"
             tolerated.append(f"{name}: {what}, unresolved symbols only ({shown}{more})")
-        elif action == "link" and _failed(record):
+        elif action == "link" and _failed(record) and _is_library_link(record):
             unrecognised.append(
                 f"{name}: failed (exit {record.get('exit')}) with something other than "
                 "unresolved symbols"
