@@ -216,12 +216,7 @@ def run_shard(
             {str(r["tu"]) for r in records if r.get("action") == "compile" and r.get("tu")}
         ),
         "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "gate": {
-            "passed": gate.passed,
-            "reasons": list(gate.reasons),
-            "links": list(gate.links),
-            "slice_compiles": gate.slice_compiles,
-        },
+        "gate": {"passed": gate.passed, "reasons": list(gate.reasons)},
     }
     archive = None
     if gate.passed:
@@ -239,7 +234,12 @@ def run_shard(
                 "index": index,
                 "count": count,
                 "mechanism": mechanism,
-                "gate": manifest["gate"],
+                "gate": {
+                    "passed": gate.passed,
+                    "reasons": list(gate.reasons),
+                    "links": list(gate.links),
+                    "slice_compiles": gate.slice_compiles,
+                },
                 "actions": gate.actions,
                 "archive": str(archive) if archive else None,
             }
