@@ -45,7 +45,7 @@ def test_meson_python_sharded_three_ways(kiln: Kiln, kiln_home: Path, tmp_path: 
     assert "ninja -j2\n" in Path(reference["log"]).read_text(), "--jobs reaches meson's ninja"
 
     report = kiln.json("build", recipe, "--shards", "3", "--jobs", "1", "--out", tmp_path / "out",
-                       "--workdir", tmp_path / "work", "--no-wheel-cache")
+                       "--workdir", tmp_path / "work")
     link = report["link"]
     assert link["cache"]["misses"] == 0, link["cache"]
     assert link["cache"]["hits"] == link["cache"]["total"] == 14
