@@ -66,6 +66,15 @@ BUILD = textwrap.dedent(
 )
 
 
+def recorded_groups(lock_path: Path) -> list[int]:
+    """The process groups the builder lock file names."""
+    try:
+        groups = json.loads(lock_path.read_text())["process_groups"]
+    except (OSError, ValueError, KeyError):  # not written yet, or caught mid-rewrite
+        return []
+    return [group["pgid"] for group in groups]
+
+
 class Build:
     def __init__(self, proc: subprocess.Popen[str], shell: int, compiler: int) -> None:
         self.proc, self.shell, self.compiler = proc, shell, compiler
@@ -99,17 +108,11 @@ def test_after_kill_9_the_next_lock_holder_ends_the_orphans_before_it_starts(
     build: Build, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "builder.lock"
-
-    def recorded() -> list[int]:
-        try:
-            groups = json.loads(path.read_text())["process_groups"]
-        except (ValueError, KeyError):  # not written yet, or caught mid-rewrite
-            return []
-        return [group["pgid"] for group in groups]
-
     # The holder records the group just after the command starts (a few instructions
     # after the fork, which under load can come after the shell wrote its pids).
-    wait_until(lambda: recorded() == [build.shell], "the lock file names the build's group")
+    wait_until(
+        lambda: recorded_groups(path) == [build.shell], "the lock file names the build's group"
+    )
 
     build.proc.send_signal(signal.SIGKILL)
     build.proc.wait()
@@ -139,7 +142,16 @@ def test_after_kill_9_the_next_lock_holder_ends_the_orphans_before_it_starts(
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_a_signalled_kiln_ends_its_commands_groups(build: Build, signum: int) -> None:
+def test_a_signalled_kiln_ends_its_commands_groups(
+    build: Build, signum: int, tmp_path: Path
+) -> None:
+    # kiln knows a group only once the command has started (Popen returned and the group
+    # was registered); the lock file's record says so. A signal before that moment is
+    # the kill -9 case, which the next lock holder covers.
+    wait_until(
+        lambda: recorded_groups(tmp_path / "builder.lock") == [build.shell],
+        "the lock file names the build's group",
+    )
     build.proc.send_signal(signum)
     build.proc.wait(timeout=DEADLINE)
     # Gone at once, not at the next lock acquire.
