@@ -21,6 +21,17 @@ pytestmark = [
 RULE = "<CMAKE_CUDA_COMPILER> <FLAGS> -shared -dlink <OBJECTS> -o <TARGET>"
 
 
+@pytest.fixture(autouse=True)
+def _own_kiln_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The front scripts live under $KILN_HOME/bin/<digest>/: never the user's home.
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "kiln-home"))
+
+
+def _seat(tmp_path: Path) -> Path:
+    (seat,) = (tmp_path / "kiln-home" / "bin").glob("*/kiln-seat")
+    return seat
+
+
 def _configure(tmp_path: Path, body: str) -> list[str]:
     env = toolchain_environment(Launch(None, seat_wrapper=True), "cmake", tmp_path / "kiln-bin")
     (tmp_path / "project").mkdir()
@@ -33,18 +44,16 @@ def _configure(tmp_path: Path, body: str) -> list[str]:
 
 
 def test_rule_set_before_the_hook_runs_gets_the_wrapper_once(tmp_path: Path) -> None:
-    seat = tmp_path / "kiln-bin" / "kiln-seat"
     lines = _configure(
         tmp_path,
         f'cmake_minimum_required(VERSION 3.21)\nset(CMAKE_CUDA_DEVICE_LINK_LIBRARY "{RULE}")\n'
         "project(p LANGUAGES NONE)\nproject(p LANGUAGES NONE)\n"  # the hook runs twice
         'message("rule=${CMAKE_CUDA_DEVICE_LINK_LIBRARY}")\n',
     )
-    assert lines == [f"{seat} {RULE}"]
+    assert lines == [f"{_seat(tmp_path)} {RULE}"]
 
 
 def test_rule_defined_after_project_is_wrapped_at_the_end_of_the_directory(tmp_path: Path) -> None:
-    seat = tmp_path / "kiln-bin" / "kiln-seat"
     lines = _configure(
         tmp_path,
         "cmake_minimum_required(VERSION 3.21)\nproject(p LANGUAGES NONE)\n"
@@ -52,4 +61,4 @@ def test_rule_defined_after_project_is_wrapped_at_the_end_of_the_directory(tmp_p
         'function(show)\n  message("rule=${CMAKE_CUDA_DEVICE_LINK_EXECUTABLE}")\nendfunction()\n'
         "cmake_language(DEFER CALL show)\n",
     )
-    assert lines == [f"{seat} {RULE}"]
+    assert lines == [f"{_seat(tmp_path)} {RULE}"]
