@@ -1,7 +1,4 @@
 // Python module demo_cpp._extra.
 #include "demo_cpp/bindings.h"
 
-PYBIND11_MODULE(_extra, m) {
-  m.doc() = "demo-cpp: generated TUs of group 'extra' behind a dispatcher";
-  demo_cpp::define_bindings(m, "extra");
-}
+DC_DEFINE_MODULE(_extra, "extra", "demo-cpp: generated TUs of group 'extra' behind a dispatcher")
