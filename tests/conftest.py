@@ -37,7 +37,14 @@ def kiln_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
     Caches and work trees are per test (``--cache-dir``, ``--workdir``).
     """
-    home = Path(os.environ.get("KILN_TEST_HOME") or tmp_path_factory.mktemp("kiln-home"))
+    chosen = os.environ.get("KILN_TEST_HOME")
+    if not chosen:
+        yield tmp_path_factory.mktemp("kiln-home")
+        return
+    # Under pytest-xdist every worker builds at once, and a build holds the builder
+    # lock of its KILN_HOME: each worker gets its own home below the chosen one.
+    home = Path(chosen) / os.environ.get("PYTEST_XDIST_WORKER", "main")
+    home.mkdir(parents=True, exist_ok=True)
     yield home
 
 
