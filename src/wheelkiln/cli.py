@@ -330,7 +330,7 @@ def _refuse_inapplicable(
 @contextmanager
 def builder_lock(timeout: float | None) -> Iterator[None]:
     """One build per builder: wait for (or inherit) the builder lock."""
-    from wheelkiln.bench.lock import BuilderLock, describe
+    from wheelkiln.builder_lock import BuilderLock, describe
 
     lock = BuilderLock()
     if not lock.inherited():
@@ -524,10 +524,10 @@ def shard(
     build is expected to fail at its link step: the shard gate accepts that only with
     real objects, an unresolved-symbol line and no compiler diagnostic.
     """
+    from wheelkiln.cells import shard_label
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
     from wheelkiln.shard.job import describe_stores, run_shard
-    from wheelkiln.shard.partition import shard_label
 
     check_job_locations(out_dir, workdir)
     loaded = find_recipe(recipe_ref)
@@ -740,9 +740,9 @@ def shard_plan(
     first onto the least-loaded shard; TUs never timed keep their hash shard.
     """
     from wheelkiln.cache.archive import ArchiveLimits
+    from wheelkiln.cells import shard_label
     from wheelkiln.output_paths import check_output_file
     from wheelkiln.shard.balance import BalancePlan, balance, read_costs
-    from wheelkiln.shard.partition import shard_label
 
     limits = ArchiveLimits.resolve(max_unpacked_size, max_members)
     check_output_file(out_path, "--out")

@@ -37,8 +37,10 @@ def default_cache_dir(backend: str) -> Path:
     return kiln_home() / backend
 
 
-def default_workdir() -> Path:
-    return kiln_home() / "work"
+def resolve_workdir(chosen: Path | None = None) -> Path:
+    """Where job trees are built: *chosen* (``--workdir``), else ``$KILN_HOME/work``;
+    resolved, because job directories and the wrapper's settings hold it absolute."""
+    return (chosen or kiln_home() / "work").resolve()
 
 
 def sources_dir() -> Path:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.linker_cases import CASES, LINKERS, LinkCase, link, prepare
-from wheelkiln.shard.gate import find_diagnostics, is_unresolved_only, unresolved_symbols
+from wheelkiln.shard.diagnostics import find_diagnostics, is_unresolved_only, unresolved_symbols
 
 pytestmark = pytest.mark.compile
 

@@ -16,13 +16,13 @@ import pytest
 from click.testing import CliRunner
 
 from wheelkiln.bench.commands import bench_group
-from wheelkiln.bench.lock import BuilderLock, describe
+from wheelkiln.builder_lock import BuilderLock, describe
 from wheelkiln.errors import KilnError, LockBusyError
 
 HOLDER = textwrap.dedent(
     """
     import time
-    from wheelkiln.bench.lock import BuilderLock
+    from wheelkiln.builder_lock import BuilderLock
     lock = BuilderLock(command="kiln build demo (test holder)")
     assert lock.try_acquire()
     print(lock.path, flush=True)
@@ -206,7 +206,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from pathlib import Path
-    from wheelkiln.bench.lock import BuilderLock
+    from wheelkiln.builder_lock import BuilderLock
     lock = BuilderLock(Path(sys.argv[1]))
     print(lock.inherited(), lock.try_acquire())
     """

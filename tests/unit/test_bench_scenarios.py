@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from wheelkiln.bench import store
-from wheelkiln.bench.lock import BuilderLock
 from wheelkiln.bench.scenarios import (
     BenchHooks,
     BenchSettings,
@@ -23,9 +22,10 @@ from wheelkiln.build.cell import DEFAULT_SOURCE_DATE_EPOCH, BuildOptions, BuildO
 from wheelkiln.build.environment import BuildEnvironment
 from wheelkiln.build.record import build_record
 from wheelkiln.build.wheel import inspect_wheel
+from wheelkiln.builder_lock import BuilderLock
 from wheelkiln.cache.backend import CacheStats, TUOutcome
+from wheelkiln.cells import Cell
 from wheelkiln.errors import KilnError, UsageError
-from wheelkiln.matrix.cells import Cell
 from wheelkiln.recipe.load import LoadedRecipe, load_recipe
 
 TUS = ("csrc/a.cpp", "csrc/b.cpp", "csrc/c.cpp")

@@ -300,7 +300,7 @@ def test_bad_command_line(
 def test_builder_busy_is_exit_6_before_any_work(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from wheelkiln.bench.lock import HELD_ENV, BuilderLock
+    from wheelkiln.builder_lock import HELD_ENV, BuilderLock
 
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("KILN_STATE_HOME", str(tmp_path / "state"))

@@ -10,18 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.shard.gate import (
+from wheelkiln.shard.diagnostics import (
     DIAGNOSTIC_PATTERNS,
     UNRESOLVED_PATTERNS,
-    ExpectedCompile,
     find_diagnostics,
-    find_objects,
     has_unresolved_symbols,
     is_unresolved_only,
+    unresolved_symbols,
+)
+from wheelkiln.shard.gate import (
+    ExpectedCompile,
+    find_objects,
     missing_compiles,
     read_compile_database,
     shard_gate,
-    unresolved_symbols,
 )
 from wheelkiln.shard.partition import is_mine
 from wheelkiln.shard.wrapper_log import read_wrapper_log

@@ -72,7 +72,7 @@ def test_the_input_digest_records_the_filled_in_values(tmp_path: Path) -> None:
     """Two build environments, same recipe: a placeholder makes the inputs differ."""
     from wheelkiln.build.cell import BuildOptions
     from wheelkiln.build.environment import BuildEnvironment
-    from wheelkiln.matrix.cells import NO_CUDA, NO_TORCH, Cell
+    from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
     from wheelkiln.recipe.load import LoadedRecipe, parse_recipe
 
     recipe_path = tmp_path / "r.toml"

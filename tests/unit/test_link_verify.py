@@ -216,7 +216,7 @@ def test_verify_requires_is_a_checked_list_of_requirements(
 
 def test_a_torch_cell_smoke_tests_against_its_own_torch() -> None:
     from wheelkiln.build.verify import cell_requirements
-    from wheelkiln.matrix.cells import NO_CUDA, NO_TORCH, Cell
+    from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
 
     assert cell_requirements(Cell("pkg", "3.11", "13.0", "2.14.1", "linux-x86_64")) == ["torch==2.14.1"]
     assert cell_requirements(Cell("pkg", "3.11", NO_CUDA, NO_TORCH, "linux-x86_64")) == []
@@ -224,7 +224,7 @@ def test_a_torch_cell_smoke_tests_against_its_own_torch() -> None:
 
 def test_smoke_with_nothing_to_run_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from wheelkiln.build.verify import smoke_test
-    from wheelkiln.matrix.cells import NO_CUDA, NO_TORCH, Cell
+    from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
     from wheelkiln.recipe.load import load_recipe
 
     path = tmp_path / "pkg.toml"

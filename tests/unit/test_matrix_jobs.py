@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.unit.farm import FARM, FarmRecipe, expected_totals, write_farm, write_recipe
+from wheelkiln.cells import Cell
 from wheelkiln.matrix import naming
-from wheelkiln.matrix.cells import Cell
 from wheelkiln.matrix.commands import matrix_command, scan_existing
 from wheelkiln.matrix.jobs import (
     ExistingWheels,

@@ -8,11 +8,11 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
+from wheelkiln.cells import shard_label
 from wheelkiln.shard.partition import (
     PartitionMapFile,
     is_mine,
     load_partition_map,
-    shard_label,
     shard_of,
     tu_key,
 )

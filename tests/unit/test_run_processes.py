@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from wheelkiln import run
-from wheelkiln.bench.lock import BuilderLock
+from wheelkiln.builder_lock import BuilderLock
 
 DEADLINE = 30.0  # generous: polls end as soon as the condition holds, and CI machines are loaded
 
@@ -57,7 +57,7 @@ BUILD = textwrap.dedent(
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     from wheelkiln import run
-    from wheelkiln.bench.lock import BuilderLock
+    from wheelkiln.builder_lock import BuilderLock
     lock = BuilderLock(Path(sys.argv[1]), command="kiln bench demo (test build)")
     assert lock.try_acquire()
     run.run(["sh", "-c", 'sleep 300 & echo "$$ $!" > "$1.tmp"; mv "$1.tmp" "$1"; wait',

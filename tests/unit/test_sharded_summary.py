@@ -15,13 +15,13 @@ from rich.console import Console
 
 from wheelkiln.build.record import recall_cold, remember
 from wheelkiln.cache.backend import TUOutcome
+from wheelkiln.cells import Cell
 from wheelkiln.executors.local import (
     _shard_table,
     schedule_shards,
     shard_jobs,
     summary_lines,
 )
-from wheelkiln.matrix.cells import Cell
 from wheelkiln.shard.job import describe_stores, store_counts
 from wheelkiln.shard.wrapper_log import WrapperRecord
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from wheelkiln.cache import launch
-from wheelkiln.cache.launch import compile_command, nvcc_depfile_args, parse_compiler_args
+from wheelkiln.cache.launch import compile_command
+from wheelkiln.compiler_args import nvcc_depfile_args, parse_compiler_args
 from wheelkiln.shard import wrapper
 from wheelkiln.shard.partition import shard_of, tu_key
 from wheelkiln.shard.wrapper import SeatConfig, decide, encode_record

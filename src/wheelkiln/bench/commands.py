@@ -98,9 +98,9 @@ def bench_run(
     One record per build is appended to the results store. A warm or hot run that
     misses the cache fails (exit 5) after every scenario has run, naming the TUs.
     """
-    from wheelkiln.bench.lock import describe
     from wheelkiln.bench.scenarios import BenchSettings, expand_scenarios, run_bench
     from wheelkiln.bench.store import default_store_path
+    from wheelkiln.builder_lock import describe
     from wheelkiln.errors import BuildError, GateError
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.output_paths import check_output_dir, check_output_file

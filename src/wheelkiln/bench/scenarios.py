@@ -46,11 +46,11 @@ from typing import Any, Literal
 
 from wheelkiln import run, ui
 from wheelkiln.bench import store
-from wheelkiln.bench.lock import BuilderLock
 from wheelkiln.build.cell import DEFAULT_SOURCE_DATE_EPOCH, BuildOptions, BuildOutcome
+from wheelkiln.builder_lock import BuilderLock
+from wheelkiln.cells import Cell
 from wheelkiln.errors import GateError, KilnError, UsageError
-from wheelkiln.matrix.cells import Cell
-from wheelkiln.paths import default_workdir, envs_dir, kiln_home
+from wheelkiln.paths import envs_dir, kiln_home, resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 
 SCENARIO_SETS: dict[str, tuple[str, ...]] = {
@@ -324,7 +324,7 @@ class _Bench:
 
     def scratch(self, name: str) -> Path:
         """An emptied directory beside the job trees (wheels copied out, shard outputs)."""
-        workdir = (self.settings.workdir or default_workdir()).resolve()
+        workdir = resolve_workdir(self.settings.workdir)
         path = workdir / f"{self.cell.id}-bench-{name}"
         shutil.rmtree(path, ignore_errors=True)
         return path

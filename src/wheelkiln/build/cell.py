@@ -27,8 +27,8 @@ from wheelkiln.build.toolchain import Launch, find_nvcc, toolchain_environment
 from wheelkiln.build.wheel import WheelFacts, inspect_wheel
 from wheelkiln.cache.backend import CacheBackend, CacheConfig, CacheStats, TUOutcome
 from wheelkiln.cache.registry import make_backend
-from wheelkiln.matrix.cells import Cell
-from wheelkiln.paths import default_cache_dir, default_workdir, envs_dir, sources_dir
+from wheelkiln.cells import Cell
+from wheelkiln.paths import default_cache_dir, envs_dir, resolve_workdir, sources_dir
 from wheelkiln.recipe.load import LoadedRecipe
 
 DEFAULT_SOURCE_DATE_EPOCH = 1700000000
@@ -117,7 +117,7 @@ def make_cache(
 
 def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> BuildOutcome:
     recipe = loaded.recipe
-    workdir = (options.workdir or default_workdir()).resolve()
+    workdir = resolve_workdir(options.workdir)
     job_dir = job_directory(workdir, cell, options.job_suffix)
     tree = job_dir / "src"
     title = f"{cell.id} {options.job_suffix}".rstrip()

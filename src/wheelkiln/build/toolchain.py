@@ -25,10 +25,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import wheelkiln
-
-SRC_DIR = Path(wheelkiln.__file__).resolve().parent.parent
-
 
 def real_python() -> str:
     """This interpreter by absolute path: never the 70 ms pyenv shim."""
@@ -126,7 +122,7 @@ def compiler_identity(compiler: str) -> str:
 def probe_bypass_line(target: list[str]) -> str:
     """A shell line that runs build-system probes as ``target "$@"``, past the cache.
 
-    Probes (:data:`wheelkiln.shard.wrapper.PROBE_MARKERS` in the working directory or an
+    Probes (:data:`wheelkiln.compiler_args.PROBE_MARKERS` in the working directory or an
     argument: CMake's ``CMakeScratch/TryCompile-XXXX``, ``cmTC_*``, ``CompilerId``,
     meson's ``meson-private``, autoconf's ``conftest``) compile throw-away sources from
     random directories, or from the build environment (CMake's own ``CMakeCXXCompilerABI.cpp``
@@ -135,7 +131,7 @@ def probe_bypass_line(target: list[str]) -> str:
     whose real TUs all hit. The seat wrapper runs them uncached as well, so shards and the
     link job agree; real TUs keep going through the cache and the gate still counts them.
     """
-    from wheelkiln.shard.wrapper import PROBE_MARKERS
+    from wheelkiln.compiler_args import PROBE_MARKERS
 
     patterns = "|".join(f"*{marker}*" for marker in PROBE_MARKERS)
     return f'case "$PWD $*" in {patterns}) {_exec_line(target)};; esac\n'
@@ -225,8 +221,8 @@ def toolchain_environment(
     wheel headers, the CUDA_HOME shim). ``build_env`` is the cell's build environment:
     its NVIDIA wheels' headers go on CUDA_INC_PATH where the toolkit lacks them.
     """
+    from wheelkiln import per_tu
     from wheelkiln.cache import launch as cache_launch
-    from wheelkiln.shard import wrapper
 
     bin_dir.mkdir(parents=True, exist_ok=True)
     # torch.utils.cpp_extension puts ccache or sccache (whichever is on PATH) in front of
@@ -238,7 +234,7 @@ def toolchain_environment(
         "c++": os.environ.get("KILN_HOST_CXX", "g++"),
     }
     scripts = scripts_dir or front_scripts_dir()
-    seat_argv = wrapper.launcher_argv(real_python())
+    seat_argv = per_tu.seat_wrapper_argv(real_python())
     env[SEAT_SWITCH] = "1" if launch.seat_wrapper else "0"
     front = launch.cache
     seat = install_script(scripts, "kiln-seat", _exec_line(seat_argv))
@@ -278,7 +274,7 @@ def toolchain_environment(
                     nvcc_front,
                     probe_bypass_line([])
                     + f'case "{flags}" in "") {_exec_line([launch.cache])};; esac\n'
-                    + _exec_line([*cache_launch.launcher_argv(real_python()), launch.cache]),
+                    + _exec_line([*per_tu.launcher_argv(real_python()), launch.cache]),
                 )
                 env["CMAKE_CUDA_COMPILER_LAUNCHER"] = str(nvcc_front)
             if launch.seat_wrapper:
@@ -295,7 +291,7 @@ def toolchain_environment(
         shim_body = _exec_line([*seat_argv, nvcc])
     else:
         shim_body = probe_bypass_line([nvcc]) + _exec_line(
-            [*cache_launch.launcher_argv(real_python()), launch.cache or "", nvcc]
+            [*per_tu.launcher_argv(real_python()), launch.cache or "", nvcc]
         )
     shim = install_script(scripts, "nvcc", shim_body)
     env["PYTORCH_NVCC"] = str(shim)

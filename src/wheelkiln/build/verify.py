@@ -33,8 +33,8 @@ from wheelkiln import run, ui
 from wheelkiln.build.cell import BuildOutcome
 from wheelkiln.build.environment import environment_key, interpreter_for
 from wheelkiln.build.wheel import EMPTY_SHA256, WheelFacts, check_wheel
+from wheelkiln.cells import NO_TORCH, Cell
 from wheelkiln.errors import BuildError
-from wheelkiln.matrix.cells import NO_TORCH, Cell
 from wheelkiln.paths import smoke_envs_dir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.recipe.model import Verify

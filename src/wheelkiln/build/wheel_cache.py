@@ -36,7 +36,7 @@ from wheelkiln.paths import wheel_cache_dir
 if TYPE_CHECKING:
     from wheelkiln.build.cell import BuildOptions, BuildOutcome
     from wheelkiln.build.environment import BuildEnvironment
-    from wheelkiln.matrix.cells import Cell
+    from wheelkiln.cells import Cell
     from wheelkiln.recipe.load import LoadedRecipe
 
 DIGEST_VERSION = 2
@@ -159,7 +159,7 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
         read_build_system,
     )
     from wheelkiln.build.source import fetch_source, source_digest
-    from wheelkiln.paths import default_workdir, envs_dir, sources_dir
+    from wheelkiln.paths import envs_dir, resolve_workdir, sources_dir
 
     if options.prepare_tree is not None or options.seat_wrapper:
         raise ValueError("shard jobs (prepare_tree / seat wrapper) must not use the wheel cache")
@@ -173,7 +173,7 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
     environment = BuildEnvironment(envs_dir() / key, requirements)
     if not (environment.path / "kiln-env.json").is_file():
         return None
-    workdir = (options.workdir or default_workdir()).resolve()
+    workdir = resolve_workdir(options.workdir)
     versions = tool_versions(make_cache(loaded, options, workdir, workdir))
     digest = source_digest(pristine, loaded.recipe.source.exclude)
     return _cell_digest(loaded, cell, options, digest, environment, versions)

@@ -5,375 +5,41 @@ Two callers:
 * unsharded builds and link jobs use this file as the nvcc shim
   (``python -S -E launch.py CACHE_OR_EMPTY REAL_NVCC ARGS...``), so the only logic on
   their path is :func:`nvcc_depfile_args`;
-* the seat wrapper (``wheelkiln.shard.wrapper``) imports it to read compiler command
-  lines (:func:`parse_compiler_args`) and to build the command it runs for an in-slice
-  compile (:func:`compile_command`).
+* the seat wrapper (``wheelkiln.shard.wrapper``) imports it to build the command it
+  runs for an in-slice compile (:func:`compile_command`).
 
-The module starts once per TU, so it imports only ``os`` and ``sys`` at load time:
-no ``typing``, ``dataclasses`` or ``re`` (each costs milliseconds on every compile).
+Reading a command line is :mod:`wheelkiln.compiler_args`.
+
+The module starts once per TU, so it imports only ``os``, ``sys`` and the command-line
+parser (itself stdlib only) at load time: no ``typing``, ``dataclasses`` or ``re`` (each
+costs milliseconds on every compile).
 """
 
 # Per-TU hot path: pathlib costs ~8 ms to import (fnmatch, re, urllib), so os.path strings.
-# ruff: noqa: PTH100, PTH109, PTH118, PTH119, PTH120, PTH122
+# ruff: noqa: PTH100, PTH119, PTH120
 from __future__ import annotations
 
 import os
 import sys
+
+if __name__ == "__main__":  # run by path: make the package importable, nothing else
+    sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from wheelkiln.compiler_args import (
+    has_nvcc_temp_file,
+    is_nvcc,
+    nvcc_depfile_args,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import NoReturn
 
-SOURCE_EXTENSIONS = frozenset(
-    {
-        # C, C++, Objective-C, preprocessed forms
-        ".c", ".i", ".cc", ".cp", ".cpp", ".cxx", ".c++", ".C", ".CC", ".CPP", ".ii",
-        ".m", ".mi", ".mm", ".M", ".mii",
-        # CUDA / HIP
-        ".cu", ".hip",
-        # assembler
-        ".s", ".S", ".sx", ".asm",
-        # Fortran
-        ".f", ".for", ".ftn", ".f77", ".f90", ".f95", ".f03", ".f08",
-        ".F", ".FOR", ".FTN", ".F77", ".F90", ".F95", ".F03", ".F08",
-    }
-)  # fmt: skip
-"""Operand extensions that make an operand a source file (as gcc and nvcc read them)."""
-
-# Options whose value is the *next* argument when written alone (`-I dir`). Written
-# joined (`-Idir`, `-std=c++17`, `--generate-code=arch=...`) they take nothing.
-_GCC_SEPARATE = frozenset(
-    {
-        "-o", "--output", "-x", "--language",
-        "-I", "-isystem", "-iquote", "-idirafter", "-include", "-imacros", "-iprefix",
-        "-iwithprefix", "-iwithprefixbefore", "-isysroot", "-imultilib", "-iframework",
-        "-cxx-isystem", "-include-pch", "-ivfsoverlay", "--sysroot",
-        "-D", "-U", "-A",
-        "-MF", "-MT", "-MQ", "-MJ",
-        "-L", "-l", "-u", "-T", "-z", "-e",
-        "-Xlinker", "-Xassembler", "-Xpreprocessor", "-Xclang", "-mllvm",
-        "-aux-info", "-dumpbase", "-dumpbase-ext", "-dumpdir", "--param",
-        "-arch", "-target", "-F", "-framework", "-install_name", "-resource-dir",
-        "-working-directory", "--serialize-diagnostics", "-B",
-    }
-)  # fmt: skip
-_NVCC_SEPARATE = _GCC_SEPARATE | frozenset(
-    {
-        "--output-file", "-odir", "--output-directory", "--x",
-        "--dependency-output", "-MT", "--dependency-target-name",
-        "--include-path", "--system-include", "--pre-include",
-        "--define-macro", "--undefine-macro", "--library-path", "--library",
-        "-ccbin", "--compiler-bindir", "-Xcompiler", "--compiler-options",
-        "--linker-options", "-Xptxas", "--ptxas-options", "-Xnvlink", "--nvlink-options",
-        "-Xarchive", "--archive-options", "-Xfatbin", "--fatbin-options",
-        "-Xcudafe", "-Xcicc",
-        "--gpu-architecture", "-code", "--gpu-code", "-gencode", "--generate-code",
-        "-rdc", "--relocatable-device-code", "-std", "--std", "-t", "--threads",
-        "-split-compile", "--split-compile", "-split-compile-extended",
-        "--split-compile-extended", "-maxrregcount", "--maxrregcount",
-        "-optf", "--options-file", "-ftz", "--ftz", "-prec-div", "--prec-div",
-        "-prec-sqrt", "--prec-sqrt", "-fmad", "--fmad",
-        "-allow-expensive-optimizations", "--allow-expensive-optimizations",
-        "-ldir", "--libdevice-directory", "-cudart", "--cudart", "-cudadevrt",
-        "--cudadevrt", "-keep-dir", "--keep-dir", "-diag-suppress", "--diag-suppress",
-        "-diag-error", "--diag-error", "-diag-warn", "--diag-warn", "-Werror", "--Werror",
-        "-default-stream", "--default-stream", "-time", "--time", "-run-args",
-        "--run-args", "-target-dir", "--target-directory", "-m", "--machine",
-        "-idp", "--input-drive-prefix", "-ddp", "--dependency-drive-prefix",
-        "-dp", "--drive-prefix", "-O", "--optimize", "-dopt", "--dopt",
-        "-static-global-template-stub", "--static-global-template-stub",
-        "-compress-mode", "--compress-mode", "-fdevice-time-trace",
-        "--fdevice-time-trace", "-hls", "--host-linker-script",
-    }
-)  # fmt: skip
-
-# nvcc stages. nvcc has no joined "-o<file>" ("-odir" and "-optf" are options of their own).
-_NVCC_PREPROCESS = frozenset(
-    {"-E", "--preprocess", "-M", "--generate-dependencies", "-MM",
-     "--generate-nonsystem-dependencies"}
-)  # fmt: skip
-_NVCC_COMPILE = frozenset({"-c", "--compile", "-dc", "--device-c", "-dw", "--device-w"})
-_NVCC_OTHER_STAGE = frozenset(
-    {"-ptx", "--ptx", "-cubin", "--cubin", "-fatbin", "--fatbin", "-cuda", "--cuda",
-     "-optix-ir", "--optix-ir", "-ltoir", "--ltoir", "-S"}
-)  # fmt: skip
-_NVCC_DEPFILE_FLAGS = frozenset(
-    {"--generate-dependencies-with-compile", "--generate-nonsystem-dependencies-with-compile",
-     "--dependency-output", "--generate-dependencies", "--generate-nonsystem-dependencies",
-     "--dependency-target-name"}
-)  # fmt: skip
-_INFO_FLAGS = frozenset(
-    {"--version", "-V", "-dumpversion", "-dumpfullversion", "-dumpmachine", "-###",
-     "--help", "-h", "--list-gpu-arch", "--list-gpu-code", "-list-gpu-arch",
-     "-list-gpu-code", "--dryrun", "-dryrun"}
-)  # fmt: skip
-
-
-def is_nvcc(compiler: str) -> bool:
-    """True when *compiler* names nvcc (``/usr/local/cuda/bin/nvcc``, ``nvcc.exe``, a shim
-    called ``x-nvcc``)."""
-    name = os.path.basename(compiler).lower()
-    if name.endswith(".exe"):
-        name = name[:-4]
-    return name.endswith("nvcc")
-
-
-class CompilerArgs:
-    """What one compiler command line asks for, as gcc, clang and nvcc read it.
-
-    ``stage`` is one of ``"compile"`` (``-c``, nvcc ``-dc``/``-dw``), ``"preprocess"``
-    (``-E``, ``-M``, ``-MM``), ``"device-link"`` (nvcc ``-dlink``), ``"lib"`` (nvcc
-    ``-lib``), ``"other"`` (``-S``, ``-ptx``, ``-cubin`` …), ``"info"`` (``--version``,
-    no operands) or ``"link"``.
-    """
-
-    __slots__ = (
-        "dep_targets",
-        "depfile",
-        "depfile_requested",
-        "has_dependency_flag",
-        "nvcc",
-        "operands",
-        "output",
-        "output_dir",
-        "relocatable",
-        "shared",
-        "sources",
-        "stage",
-    )
-
-    def __init__(self, nvcc: bool) -> None:
-        self.nvcc = nvcc
-        self.stage = "link"
-        self.sources: list[str] = []
-        """Operands that are source files (by extension, or any operand after ``-x LANG``)."""
-        self.operands: list[str] = []
-        """Every non-option operand: sources, objects, libraries."""
-        self.output: str | None = None
-        """The ``-o`` value as written (relative to the call's cwd)."""
-        self.output_dir: str | None = None
-        """nvcc ``-odir``."""
-        self.shared = False
-        self.relocatable = False
-        self.depfile_requested = False
-        """``-MD``/``-MMD`` or nvcc ``--generate-*dependencies-with-compile``."""
-        self.depfile: str | None = None
-        """``-MF`` / ``--dependency-output`` value."""
-        self.dep_targets: list[str] = []
-        """``-MT``/``-MQ`` values."""
-        self.has_dependency_flag = False
-        """Any ``-M*`` or nvcc dependency option at all."""
-
-    @property
-    def is_tu(self) -> bool:
-        """A compile of exactly one source file to an object."""
-        return self.stage == "compile" and len(self.sources) == 1
-
-    def object_path(self) -> str | None:
-        """Where the object of a one-source compile goes, as the compiler decides it."""
-        if self.output is not None:
-            return self.output
-        if len(self.sources) != 1:
-            return None
-        stem = os.path.splitext(os.path.basename(self.sources[0]))[0]
-        name = stem + (".obj" if os.name == "nt" else ".o")
-        if self.output_dir is not None:
-            return os.path.join(self.output_dir, name)
-        return name
-
-    def depfile_path(self) -> str | None:
-        """The dependency file the compiler writes, or None when none is asked for."""
-        if not self.depfile_requested:
-            return None
-        if self.depfile is not None:
-            return self.depfile
-        obj = self.object_path()
-        if obj is None:
-            return None
-        return os.path.splitext(obj)[0] + ".d"
-
-
-def expand_response_files(args: Sequence[str], cwd: str | None = None) -> list[str]:
-    """Replace ``@file`` arguments by the arguments in the file, for reading only.
-
-    The real command keeps its ``@file``; this is what a parser needs to see inside it.
-    An ``@name`` that is no readable file stays as it is (gcc does the same).
-    """
-    if not any(arg.startswith("@") for arg in args):
-        return list(args)
-    import shlex  # here only: shlex imports re
-
-    expanded: list[str] = []
-    for arg in args:
-        if arg.startswith("@") and len(arg) > 1:
-            path = os.path.join(cwd or os.getcwd(), arg[1:])
-            try:
-                with open(path, encoding="utf-8", errors="surrogateescape") as handle:
-                    text = handle.read()
-            except OSError:
-                expanded.append(arg)
-                continue
-            expanded.extend(shlex.split(text, posix=os.name != "nt"))
-        else:
-            expanded.append(arg)
-    return expanded
-
-
-def parse_compiler_args(compiler: str, args: Sequence[str]) -> CompilerArgs:
-    """Read a compiler command line (``args`` excludes the compiler itself).
-
-    Options that take a separate value (``-I dir``, ``-Xcompiler -fPIC``,
-    ``-gencode arch=…``) never count as operands; ``--opt=value`` takes nothing more.
-    ``-x LANG`` makes every later operand a source until ``-x none`` (header languages
-    such as ``c++-header`` make no TU: a precompiled header always builds for real).
-    """
-    nvcc = is_nvcc(compiler)
-    parsed = CompilerArgs(nvcc)
-    args = expand_response_files(args)
-    separate = _NVCC_SEPARATE if nvcc else _GCC_SEPARATE
-    language: str | None = None
-    preprocess = compile_ = other = info = device_link = lib = False
-    count = len(args)
-    index = 0
-    while index < count:
-        arg = args[index]
-        index += 1
-        if not arg.startswith("-") or arg == "-":
-            parsed.operands.append(arg)
-            if language is not None:
-                if language != "none" and not language.endswith("-header"):
-                    parsed.sources.append(arg)
-            elif os.path.splitext(arg)[1] in SOURCE_EXTENSIONS:
-                parsed.sources.append(arg)
-            continue
-        value: str | None = None
-        if arg in separate:
-            if index < count:
-                value = args[index]
-                index += 1
-            else:
-                value = ""
-        name = arg
-        if value is None and "=" in arg and (nvcc or arg.startswith("--")):
-            name, _, value = arg.partition("=")
-        # --- the options that matter, in both spellings ---
-        if name in ("-o", "--output", "--output-file"):
-            parsed.output = value if value is not None else ""
-        elif not nvcc and name.startswith("-o") and value is None:
-            parsed.output = arg[2:]
-        elif name in ("-odir", "--output-directory"):
-            parsed.output_dir = value
-        elif name in ("-x", "--x", "--language"):
-            language = value
-        elif name.startswith("-x") and value is None and not nvcc:
-            language = arg[2:]
-        elif name in ("-c",):
-            compile_ = True
-        elif name == "-E":
-            preprocess = True
-        elif name in ("-shared", "--shared", "-dynamiclib"):
-            parsed.shared = True
-        elif name == "-r":
-            parsed.relocatable = True
-        elif name in _INFO_FLAGS or name.startswith(("-print-", "--print-")):
-            info = True
-        elif (name.startswith("-M") and name != "-MJ") or (nvcc and name in _NVCC_DEPFILE_FLAGS):
-            parsed.has_dependency_flag = True
-            _read_dependency_option(parsed, name, value)
-            if name in ("-M", "-MM", "--generate-dependencies",
-                        "--generate-nonsystem-dependencies"):  # fmt: skip
-                preprocess = True
-        elif nvcc:
-            if name in _NVCC_PREPROCESS:
-                preprocess = True
-            elif name in _NVCC_COMPILE:
-                compile_ = True
-            elif name in _NVCC_OTHER_STAGE:
-                other = True
-            elif name in ("-dlink", "--device-link"):
-                device_link = True
-            elif name in ("-lib", "--lib"):
-                lib = True
-            elif name in ("-optf", "--options-file") and value:
-                # read the options file's arguments in place of the option
-                args = [*args[:index], *expand_options_file(value), *args[index:]]
-                count = len(args)
-        elif name == "-S":
-            other = True
-    if preprocess:
-        parsed.stage = "preprocess"
-    elif other:
-        parsed.stage = "other"
-    elif compile_:
-        parsed.stage = "compile"
-    elif device_link:
-        parsed.stage = "device-link"
-    elif lib:
-        parsed.stage = "lib"
-    elif info or not parsed.operands:
-        parsed.stage = "info"
-    return parsed
-
-
-def _read_dependency_option(parsed: CompilerArgs, name: str, value: str | None) -> None:
-    if name in ("-MD", "-MMD", "--generate-dependencies-with-compile",
-                "--generate-nonsystem-dependencies-with-compile"):  # fmt: skip
-        parsed.depfile_requested = True
-    elif name in ("-MF", "--dependency-output"):
-        parsed.depfile = value
-    elif name.startswith("-MF"):
-        parsed.depfile = name[3:]
-    elif name in ("-MT", "-MQ", "--dependency-target-name"):
-        if value is not None:
-            parsed.dep_targets.append(value)
-    elif name.startswith(("-MT", "-MQ")):
-        parsed.dep_targets.append(name[3:])
-
-
-def expand_options_file(path: str) -> list[str]:
-    """The arguments inside an nvcc ``--options-file`` (empty when unreadable)."""
-    try:
-        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
-            text = handle.read()
-    except OSError:
-        return []
-    import shlex  # here only: shlex imports re
-
-    return shlex.split(text)
-
-
-def nvcc_depfile_args(argv: list[str]) -> list[str]:
-    """Add ``-MD -MF <output>.d`` to an nvcc compile that asks for no dependency file.
-
-    *argv* is nvcc's argument list (without nvcc itself). ccache caches nvcc correctly
-    only in depend mode: its default (direct, falling back to preprocessor) mode hashes
-    the output of ``nvcc -E``, which defines ``__CUDA_ARCH__``, so an edit to host-only
-    code under ``#ifndef __CUDA_ARCH__`` leaves the hash unchanged and ccache served the
-    stale object (measured on ccache 4.7.5 and 4.14.2). Depend mode hashes the inputs
-    listed in the compiler's depfile and is disabled when there is no ``-MD``; CMake asks
-    nvcc for one, setuptools never does, so the launcher adds it. Anything that is not a
-    one-source compile (``-c``, ``--compile``, ``-dc``), or that already carries a
-    dependency option, comes back unchanged.
-    """
-    parsed = parse_compiler_args("nvcc", argv)
-    if parsed.stage != "compile" or len(parsed.sources) != 1 or parsed.has_dependency_flag:
-        return argv
-    output = parsed.object_path()
-    if not output:
-        return argv
-    return [*argv, "-MD", "-MF", output + ".d"]
-
-
 NVCC_TOOLS = frozenset({"nvcc", "cicc", "cudafe++", "nvcc.exe", "cudafe++.exe"})
 """Parent processes that make a compiler call one of nvcc's own host passes."""
 
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash", "busybox"})
-
-
-def has_nvcc_temp_file(args: Sequence[str]) -> bool:
-    """True when an argument names one of nvcc's ``tmpxft_*`` temp files."""
-    return any("tmpxft_" in arg for arg in args)
 
 
 def parent_is_nvcc(max_depth: int = 3) -> bool:
@@ -534,15 +200,10 @@ def exec_compile(cache: str | None, compiler: str, args: list[str]) -> NoReturn:
 
 
 def launcher_argv(python: str | None = None) -> list[str]:
-    """The command that starts this launcher fastest; append ``CACHE REAL_NVCC ARGS...``.
+    """The command that starts this launcher fastest: :func:`wheelkiln.per_tu.launcher_argv`."""
+    from wheelkiln import per_tu
 
-    ``python -S -E -c CODE`` imports this module from its cached bytecode, where running
-    launch.py by path compiles it from source on every start (~1.5 ms). The code holds
-    ``;``: put it in a shell script (shell-quoted), not in a CMake list.
-    """
-    src_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    code = f"import sys;sys.path[0]={src_dir!r};from wheelkiln.cache.launch import main;main()"
-    return [python or os.path.realpath(sys.executable), "-S", "-E", "-c", code]
+    return per_tu.launcher_argv(python)
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -17,13 +17,12 @@ from rich.table import Table
 from wheelkiln import run, ui
 from wheelkiln.build.cell import BuildOptions
 from wheelkiln.build.verify import describe_verify
+from wheelkiln.cells import Cell, shard_label, shard_record
 from wheelkiln.errors import GateError, KilnError
-from wheelkiln.matrix.cells import Cell
-from wheelkiln.paths import default_workdir
+from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.shard.ledger import describe_ledger
 from wheelkiln.shard.link import run_link
-from wheelkiln.shard.partition import shard_label
 
 T = TypeVar("T")
 
@@ -148,7 +147,7 @@ def run_sharded(
     *on_report* sees the report before a failed gate is raised, so that a caller's JSON
     describes a failed run too (which shard was killed, by which signal).
     """
-    workdir = (options.workdir or default_workdir()).resolve()
+    workdir = resolve_workdir(options.workdir)
     shards_dir = workdir / f"{cell.id}-shards-{count}"
     for old in [*shards_dir.glob("*.tar.gz"), *shards_dir.glob("*.shard.json")]:
         old.unlink()
@@ -171,7 +170,7 @@ def run_sharded(
 
         for index, jobs, done in schedule_shards(count, parallel, cpus, options.jobs, start):
             label = shard_label(index, count)
-            record_path = shards_dir / f"{cell.id}-shard-{index}-of-{count}.shard.json"
+            record_path = shards_dir / shard_record(cell.id, index, count)
             status = process_status(done.returncode)
             # A shard process that died wrote no record (or an old one was removed
             # above): its row still needs its own index, and the JSON its fate.

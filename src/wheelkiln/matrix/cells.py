@@ -1,46 +1,14 @@
-"""Cells: the points of one recipe's build matrix (pure, no I/O)."""
+"""A recipe's cells: expansion and selection (pure, no I/O). The noun itself,
+:class:`~wheelkiln.cells.Cell`, lives in :mod:`wheelkiln.cells`."""
 
 from __future__ import annotations
 
 import platform
 import sys
-from dataclasses import dataclass
 
+from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
 from wheelkiln.errors import UsageError
 from wheelkiln.recipe.model import Recipe
-
-NO_CUDA = "none"
-NO_TORCH = "none"
-
-
-@dataclass(frozen=True, order=True)
-class Cell:
-    """One point of the matrix: package × python × cuda lane × torch × platform."""
-
-    package: str
-    python: str
-    cuda: str
-    torch: str
-    platform: str
-    arch_list: tuple[str, ...] = ()
-
-    @property
-    def id(self) -> str:
-        parts = [self.package, f"py{self.python}"]
-        if self.cuda != NO_CUDA:
-            parts.append(f"cu{self.cuda}")
-        if self.torch != NO_TORCH:
-            parts.append(f"torch{self.torch}")
-        parts.append(self.platform)
-        return "-".join(parts)
-
-    def axes(self) -> dict[str, str]:
-        return {
-            "python": self.python,
-            "cuda": self.cuda,
-            "torch": self.torch,
-            "platform": self.platform,
-        }
 
 
 def expand_cells(recipe: Recipe) -> list[Cell]:

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
 from wheelkiln.errors import UsageError
-from wheelkiln.matrix.cells import NO_CUDA, NO_TORCH, Cell
 
 AXES: Final = ("package", "python", "cuda", "torch", "platform")
 """The axes a filter can name; ``package`` is the recipe's name."""

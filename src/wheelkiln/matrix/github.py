@@ -4,11 +4,12 @@ The workflow is static; the matrix is computed when it runs (``kiln matrix --jso
 the generate-matrix job) and fed to three matrix jobs with ``fromJSON``:
 
 - **compile-shard**: one entry per shard; runs ``kiln shard`` and uploads its cache
-  archive as the artifact ``shard-<cell>-<i>-of-<N>`` (kept 1 day).
+  archive as an artifact (:func:`wheelkiln.cells.shard_artifact`, kept 1 day).
 - **link**: one entry per sharded cell; ``needs: [generate-matrix, compile-shard]`` and
   ``always()``, so one failed shard does not throw away its siblings' work (the link
   build self-heals a missing shard, and its gate still fails naming it). It downloads
-  ``shard-<cell>-*-of-<N>`` into one directory, runs ``kiln link`` and uploads the wheel.
+  every shard artifact of its cell into one directory, runs ``kiln link`` and uploads
+  the wheel.
 - **build**: one entry per whole cell; ``kiln build``.
 
 A matrix job whose list is empty is skipped by its ``if:`` (GitHub refuses an empty

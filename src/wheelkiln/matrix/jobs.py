@@ -43,9 +43,10 @@ from packaging.utils import (
     parse_wheel_filename,
 )
 
+from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
 from wheelkiln.errors import UsageError
 from wheelkiln.matrix import naming
-from wheelkiln.matrix.cells import NO_CUDA, NO_TORCH, Cell, expand_cells
+from wheelkiln.matrix.cells import expand_cells
 from wheelkiln.matrix.filters import (
     GITHUB_MATRIX_CAP,
     AxisFilter,
@@ -68,7 +69,7 @@ class Job:
     """One job of the matrix."""
 
     id: str
-    """Stable id, ``[A-Za-z0-9_-]``: shard-<cell>-<i>-of-<N>, link-<cell>, build-<cell>."""
+    """Stable id, ``[A-Za-z0-9_-]``: :func:`wheelkiln.matrix.naming.job_id`."""
     kind: JobKind
     package: str
     """The recipe's name."""

@@ -10,10 +10,10 @@ Two kinds of name, with different rules:
   py, cu, torch and the shard, at most :data:`MAX_NAME` characters. When it would be
   longer, the package name (the only unbounded part) is shortened with ``...``.
 
-Shard numbering follows :func:`wheelkiln.shard.partition.shard_label`: what machines read
-is 0-based (``--index 1``, ``shard-<cell>-1-of-4`` artifacts, ``<cell>-shard-1-of-4.tar.gz``
-archives, ``...-1-of-4`` job ids), what people read is 1-based (the job named
-``shard pkg ... 2/4`` is the one whose gate error says ``shard 2/4``).
+Shard numbering follows :mod:`wheelkiln.cells`, which also names the shard archives and
+their CI artifacts: job ids are 0-based like them (``...-1-of-4``), display names are
+1-based like :func:`~wheelkiln.cells.shard_label` (the job named ``shard pkg ... 2/4`` is
+the one whose gate error says ``shard 2/4``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import hashlib
 import re
 from typing import Final
 
-from wheelkiln.matrix.cells import NO_CUDA, NO_TORCH, Cell
-from wheelkiln.shard.partition import shard_label
+from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell, shard_label
 
 MAX_NAME: Final = 100
 """GitHub shows job names up to this length; ids are kept to it too."""
@@ -34,7 +33,8 @@ _ELLIPSIS: Final = "..."
 
 def job_id(kind: str, cell_id: str, shard_index: int | None = None,
            shard_count: int | None = None) -> str:
-    """A stable job id: ``shard-<cell>-<i>-of-<N>``, ``link-<cell>``, ``build-<cell>``."""
+    """A stable job id: ``<kind>-<cell>``, and for a shard ``-<i>-of-<N>`` after it
+    (``link-<cell>``, ``build-<cell>``)."""
     raw = f"{kind}-{cell_id}"
     if shard_index is not None and shard_count is not None:
         raw += f"-{shard_index}-of-{shard_count}"
@@ -63,21 +63,6 @@ def display_name(kind: str, cell: Cell, shard_index: int | None = None,
         package = package[: max(room - len(_ELLIPSIS), 1)] + _ELLIPSIS
     name = f"{kind} {package}{suffix}"
     return name[:MAX_NAME]
-
-
-def shard_archive(cell_id: str, shard_index: int, shard_count: int) -> str:
-    """The file ``kiln shard`` writes: ``<cell>-shard-<i>-of-<N>.tar.gz``."""
-    return f"{cell_id}-shard-{shard_index}-of-{shard_count}.tar.gz"
-
-
-def shard_artifact(cell_id: str, shard_index: int, shard_count: int) -> str:
-    """The CI artifact holding one shard's archive: ``shard-<cell>-<i>-of-<N>``."""
-    return f"shard-{cell_id}-{shard_index}-of-{shard_count}"
-
-
-def shard_artifact_pattern(cell_id: str, shard_count: int) -> str:
-    """The download pattern a link job uses to fetch every shard of its cell."""
-    return f"shard-{cell_id}-*-of-{shard_count}"
 
 
 def wheel_artifact(cell_id: str) -> str:

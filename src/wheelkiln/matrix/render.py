@@ -33,6 +33,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from wheelkiln.cells import shard_archive, shard_artifact, shard_artifact_pattern
 from wheelkiln.matrix import naming
 from wheelkiln.matrix.filters import GITHUB_MATRIX_CAP
 from wheelkiln.matrix.github import runner_for
@@ -61,15 +62,15 @@ def job_entry(job: Job) -> dict[str, Any]:
             shard_index=job.shard_index,
             shard_count=job.shard_count,
             shard_filter=job.shard_filter,
-            archive=naming.shard_archive(job.cell_id, job.shard_index, job.shard_count),
-            artifact=naming.shard_artifact(job.cell_id, job.shard_index, job.shard_count),
+            archive=shard_archive(job.cell_id, job.shard_index, job.shard_count),
+            artifact=shard_artifact(job.cell_id, job.shard_index, job.shard_count),
         )
     elif job.kind == "link":
         assert job.shard_count is not None
         entry.update(
             shard_count=job.shard_count,
             shard_filter=job.shard_filter,
-            artifact_pattern=naming.shard_artifact_pattern(job.cell_id, job.shard_count),
+            artifact_pattern=shard_artifact_pattern(job.cell_id, job.shard_count),
             wheel_artifact=naming.wheel_artifact(job.cell_id),
             needs=list(job.needs),
         )

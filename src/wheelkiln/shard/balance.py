@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelkiln.cache.archive import EXTRA_PREFIX, ArchiveLimits, member_label, open_member
+from wheelkiln.cells import SHARD_ARCHIVE_GLOB
 from wheelkiln.errors import UsageError
 from wheelkiln.shard.partition import shard_of
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, parse_wrapper_log, read_wrapper_log
@@ -48,7 +49,7 @@ def read_costs(sources: Iterable[Path], limits: ArchiveLimits | None = None) -> 
         if source.is_dir():
             for log in sorted(source.rglob(WRAPPER_LOG)):
                 records.extend(read_wrapper_log(log))
-            archives = sorted(source.rglob("*-shard-*-of-*.tar.gz"))
+            archives = sorted(source.rglob(SHARD_ARCHIVE_GLOB))
         elif source.name.endswith(".tar.gz"):
             archives = [source]
         else:

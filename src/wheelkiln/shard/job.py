@@ -24,11 +24,11 @@ from wheelkiln.build.cell import (
 from wheelkiln.build.record import build_record
 from wheelkiln.cache.archive import pack
 from wheelkiln.cache.backend import TUOutcome
-from wheelkiln.cache.launch import parse_compiler_args
 from wheelkiln.cache.manifest import MANIFEST_SCHEMA
+from wheelkiln.cells import Cell, shard_archive, shard_job_suffix, shard_label, shard_record
+from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
 from wheelkiln.errors import UsageError
-from wheelkiln.matrix.cells import Cell
-from wheelkiln.paths import default_workdir
+from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.shard.gate import (
     ExpectedCompile,
@@ -37,14 +37,9 @@ from wheelkiln.shard.gate import (
     read_compile_database,
     shard_gate,
 )
-from wheelkiln.shard.partition import is_mine, load_partition_map, shard_label
+from wheelkiln.shard.partition import is_mine, load_partition_map
 from wheelkiln.shard.source_filter import apply_source_partition
-from wheelkiln.shard.wrapper import PROBE_MARKERS
 from wheelkiln.shard.wrapper_log import WrapperRecord, read_wrapper_log
-
-
-def archive_name(cell: Cell, index: int, count: int) -> str:
-    return f"{cell.id}-shard-{index}-of-{count}.tar.gz"
 
 
 def toolchain_fingerprint(
@@ -148,8 +143,8 @@ def run_shard(
             f"{loaded.path}: the source partition needs sharding.source_globs.",
             hint="Add globs naming the generated sources, or use --filter seat.",
         )
-    workdir = (options.workdir or default_workdir()).resolve()
-    suffix = f"shard-{index}-of-{count}"
+    workdir = resolve_workdir(options.workdir)
+    suffix = shard_job_suffix(index, count)
     job_dir = job_directory(workdir, cell, suffix)
     tree = job_dir / "src"
     wrapper_log = job_dir / "wrapper.jsonl"
@@ -223,7 +218,7 @@ def run_shard(
         archive = pack(
             cache_dir,
             manifest,
-            out_dir / archive_name(cell, index, count),
+            out_dir / shard_archive(cell.id, index, count),
             extras={"wrapper.jsonl": wrapper_log},
         )
     record = build_record(
@@ -252,7 +247,7 @@ def run_shard(
         outcome.tu_outcomes, records
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{cell.id}-{suffix}.shard.json").write_text(
+    (out_dir / shard_record(cell.id, index, count)).write_text(
         json.dumps(record, indent=2, sort_keys=True) + "\n"
     )
     return ShardResult(index, count, mechanism, outcome, gate, archive, record)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any
 
-from wheelkiln.cache.launch import parse_compiler_args
+from wheelkiln.compiler_args import parse_compiler_args
 from wheelkiln.shard.wrapper_log import WrapperRecord
 
 COMPILE_ACTIONS = frozenset({"compile", "link-probe-rebuild", "probe", "passthrough"})

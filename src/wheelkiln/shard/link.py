@@ -37,19 +37,23 @@ from wheelkiln.cache.archive import (
     inspect_archive,
     member_label,
 )
-from wheelkiln.cache.launch import parse_compiler_args
+from wheelkiln.cells import (
+    SHARD_ARCHIVE_FORM,
+    Cell,
+    parse_shard_archive,
+    shard_archive,
+    shard_label,
+)
+from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
 from wheelkiln.errors import BuildError, UsageError
-from wheelkiln.matrix.cells import Cell
-from wheelkiln.paths import default_workdir
+from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
-from wheelkiln.shard.gate import find_diagnostics
+from wheelkiln.shard.diagnostics import find_diagnostics
 from wheelkiln.shard.job import toolchain_fingerprint, versions_for
 from wheelkiln.shard.ledger import compile_ledger
-from wheelkiln.shard.partition import shard_label, tu_key
-from wheelkiln.shard.wrapper import PROBE_MARKERS
+from wheelkiln.shard.partition import tu_key
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, parse_wrapper_log
 
-ARCHIVE = re.compile(r"^(?P<cell>.+)-shard-(?P<index>\d+)-of-(?P<count>\d+)\.tar\.gz$")
 CCACHE_LOG_LINE = re.compile(
     r"^\[[^\]]*? (?P<pid>\d+)\s*\] (?P<key>Command line|Source file|Working directory): (?P<value>.*)$"
 )
@@ -81,9 +85,9 @@ def _shard_archives(
     merging a subset of another build's shards would pass or fail for the wrong reason."""
     found: list[tuple[int, int, Path]] = []
     for path in sorted(shards_dir.rglob("*.tar.gz")):
-        match = ARCHIVE.match(path.name)
-        if match and match["cell"] == cell.id:
-            found.append((int(match["index"]), int(match["count"]), path))
+        parsed = parse_shard_archive(path.name)
+        if parsed is not None and parsed[0] == cell.id:
+            found.append((parsed[1], parsed[2], path))
     counts = sorted({count for _, count, _ in found})
     names = "; ".join(f"{path} ({index + 1}/{count})" for index, count, path in found)
     if expected_count is not None and counts and counts != [expected_count]:
@@ -103,7 +107,7 @@ def _shard_archives(
     if beyond:
         raise UsageError(
             f"{', '.join(map(str, beyond))}: names a shard index beyond its N.",
-            hint="Shard archives are named CELL-shard-I-of-N.tar.gz with 0 <= I < N.",
+            hint=f"Shard archives are named {SHARD_ARCHIVE_FORM} with 0 <= I < N.",
         )
     return (counts[0] if counts else None), {index: path for index, _, path in found}
 
@@ -164,7 +168,7 @@ def run_link(
     limits: ArchiveLimits | None = None,
     smoke: bool = False,
 ) -> LinkResult:
-    workdir = (options.workdir or default_workdir()).resolve()
+    workdir = resolve_workdir(options.workdir)
     job_dir = job_directory(workdir, cell, "link")
     cache_dir = (options.cache_dir or job_dir.with_name(job_dir.name + ".cache")).resolve()
     shutil.rmtree(cache_dir, ignore_errors=True)
@@ -190,7 +194,7 @@ def run_link(
         label = shard_label(index, count)
         if index not in archives:
             problems.append(
-                f"{label} is missing: no {cell.id}-shard-{index}-of-{count}.tar.gz in {shards_dir}"
+                f"{label} is missing: no {shard_archive(cell.id, index, count)} in {shards_dir}"
             )
             continue
         archive = archives[index]

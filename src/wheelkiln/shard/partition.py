@@ -124,11 +124,6 @@ def is_mine(
     return shard_of(tu_key, count, partition_map) == index
 
 
-def shard_label(index: int, count: int) -> str:
-    """``shard 2/4`` for index 1 of 4: 1-based, for people."""
-    return f"shard {index + 1}/{count}"
-
-
 def load_partition_map(path: str | os.PathLike[str]) -> dict[str, int]:
     """Read a partition map: a JSON object ``{tu_key: shard_index}``."""
     import json  # here only: json imports re (~8 ms), see PartitionMapFile

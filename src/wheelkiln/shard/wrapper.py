@@ -3,7 +3,7 @@
 Run as ``/abs/python -S -E /abs/.../wheelkiln/shard/wrapper.py REAL_COMPILER ARGS...``
 (the launcher form: CMake ``CMAKE_<LANG>_COMPILER_LAUNCHER``, setuptools
 ``CC`` through a one-path launcher script, nvcc ``-ccbin``, the nvcc shim);
-:func:`launcher_argv` gives the faster ``-c`` form.
+:func:`wheelkiln.per_tu.seat_wrapper_argv` gives the faster ``-c`` form.
 
 Per call it decides, in this order:
 
@@ -39,7 +39,7 @@ Environment: ``KILN_SHARD_INDEX``, ``KILN_SHARD_COUNT`` (unset/empty: source mod
 tolerated link the symbols the linker named (``"unresolved"``, ``"unresolved_count"``).
 
 Only ``os``, ``sys`` and ``time`` load on the compile path; ``json`` (which imports
-``re``), ``subprocess`` and the gate's regexes load only for links.
+``re``), ``subprocess`` and the diagnostics regexes load only for links.
 """
 
 # Per-TU hot path: pathlib costs ~8 ms to import (fnmatch, re, urllib), so os.path strings.
@@ -56,23 +56,15 @@ SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file
 if __name__ == "__main__":  # run by path: make the package importable, nothing else
     sys.path[0] = SRC_DIR
 
-from wheelkiln.cache import launch  # noqa: E402  (after the sys.path fix above)
+from wheelkiln import compiler_args  # noqa: E402  (after the sys.path fix above)
+from wheelkiln.cache import launch  # noqa: E402
+from wheelkiln.compiler_args import PROBE_MARKERS  # noqa: E402
 from wheelkiln.shard import partition  # noqa: E402
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import NoReturn
-
-PROBE_MARKERS = (
-    "CMakeScratch",
-    "CompilerId",
-    "CMakeTmp",
-    "cmTC_",
-    "meson-private",
-    "conftest",
-)
-"""Path fragments of build-system probes: these compiles and links always run for real."""
 
 _OBJECT_EXTENSIONS = frozenset({".o", ".obj", ".lo"})
 _NOT_A_FILE = frozenset({"-", "/dev/null", "NUL", "nul"})
@@ -177,7 +169,7 @@ class Decision:
     __slots__ = ("action", "output", "parsed", "tu")
 
     def __init__(
-        self, action: str, parsed: launch.CompilerArgs, tu: str | None, output: str | None
+        self, action: str, parsed: compiler_args.CompilerArgs, tu: str | None, output: str | None
     ) -> None:
         self.action = action
         self.parsed = parsed
@@ -217,14 +209,14 @@ def decide(
     *called_by_nvcc* overrides the parent-process check (tests, non-Linux hosts); a
     ``tmpxft_`` argument makes a host pass either way.
     """
-    parsed = launch.parse_compiler_args(compiler, args)
+    parsed = compiler_args.parse_compiler_args(compiler, args)
     raw_output = parsed.object_path() if parsed.stage == "compile" else parsed.output
     output = os.path.normpath(os.path.join(cwd, raw_output)) if raw_output else None
 
     if called_by_nvcc is None:
         called_by_nvcc = launch.is_nvcc_host_pass(args)
     else:
-        called_by_nvcc = called_by_nvcc or launch.has_nvcc_temp_file(args)
+        called_by_nvcc = called_by_nvcc or compiler_args.has_nvcc_temp_file(args)
     if called_by_nvcc:
         return Decision("host-pass", parsed, None, output)
 
@@ -406,7 +398,7 @@ def _escape_make(path: str) -> str:
     return path.replace("$", "$$").replace(" ", "\\ ").replace("#", "\\#")
 
 
-def write_stub_depfile(parsed: launch.CompilerArgs, cwd: str) -> str | None:
+def write_stub_depfile(parsed: compiler_args.CompilerArgs, cwd: str) -> str | None:
     """Write ``<target>:`` to the depfile the call asked for (ninja needs the file to
     exist and to name the output it expects). Returns the depfile's path."""
     depfile = parsed.depfile_path()
@@ -507,11 +499,11 @@ def run_link(
     action = "link"
     symbols: list[str] = []
     if exit_code > 0:
-        from wheelkiln.shard import gate  # here only: the gate's regexes import re
+        from wheelkiln.shard import diagnostics  # here only: its regexes import re
 
         text = stderr.decode("utf-8", "replace")
-        if gate.is_unresolved_only(text):
-            symbols = gate.unresolved_symbols(text) or ["?"]
+        if diagnostics.is_unresolved_only(text):
+            symbols = diagnostics.unresolved_symbols(text) or ["?"]
     if symbols and tolerable and decision.output:
         if parsed.stage == "device-link":
             write_stub(config.stub_object, decision.output)  # linked on: must be an object
@@ -570,18 +562,10 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
 
 
 def launcher_argv(python: str | None = None) -> list[str]:
-    """The command that starts the wrapper fastest; append ``REAL_COMPILER ARGS...``.
+    """The command that starts the wrapper fastest: :func:`wheelkiln.per_tu.seat_wrapper_argv`."""
+    from wheelkiln import per_tu
 
-    ``python -S -E -c CODE`` imports this module from its cached bytecode. Running
-    ``python -S -E .../wrapper.py`` also works, but Python compiles a script run by path
-    from source on every start (~3.5 ms per TU for this file). The code contains ``;``,
-    so it belongs in a shell script (shell-quoted), not in a CMake list.
-    """
-    code = (
-        f"import sys;sys.path[0]={SRC_DIR!r};"
-        "from wheelkiln.shard.wrapper import exit_fast,main;exit_fast(main())"
-    )
-    return [python or os.path.realpath(sys.executable), "-S", "-E", "-c", code]
+    return per_tu.seat_wrapper_argv(python)
 
 
 def exit_fast(code: int) -> NoReturn:
