@@ -13,7 +13,6 @@ from wheelkiln.shard.partition import shard_of
 from wheelkiln.shard.source_filter import (
     _unlink_inside,
     apply_source_partition,
-    refuse_double_partition,
     seat_active_in,
 )
 
@@ -137,15 +136,6 @@ def test_bad_index_or_tree(tmp_path: Path) -> None:
         apply_source_partition(tmp_path, ["*.cu"], 2, 2)
     with pytest.raises(ValueError, match="not a directory"):
         apply_source_partition(tmp_path / "missing", ["*.cu"], 0, 2)
-
-
-def test_double_partition_is_refused() -> None:
-    with pytest.raises(ValueError, match=r"1/16 of the TUs") as excinfo:
-        refuse_double_partition(shard_count=4, seat_active=True, source_globs=["csrc/*.cu"])
-    assert "only about 1/4 of the build" in str(excinfo.value)
-    # one mechanism at a time is fine
-    refuse_double_partition(shard_count=4, seat_active=False, source_globs=["csrc/*.cu"])
-    refuse_double_partition(shard_count=4, seat_active=True, source_globs=[])
 
 
 def test_seat_active_in() -> None:

@@ -163,7 +163,6 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     env.update(
         {
             "SOURCE_DATE_EPOCH": str(options.source_date_epoch),
-            "KILN_BUILD_DIR": str(job_dir / "build"),
             "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         }
     )

@@ -239,9 +239,9 @@ def toolchain_environment(
     front = launch.cache
     seat = install_script(scripts, "kiln-seat", _exec_line(seat_argv))
     if launch.seat_wrapper:
+        # The wrapper's own settings (the cache it compiles through, its slice) are the
+        # shard job's: wheelkiln.shard.wrapper.SeatConfig.to_environ.
         front = str(seat)
-        # The cache the wrapper runs in-slice compiles through.
-        env["KILN_CACHE"] = launch.cache or ""
     fronts: dict[str, Path] = {}
     if launch.seat_wrapper or launch.cache is not None:
         for name, compiler in host.items():

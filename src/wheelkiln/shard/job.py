@@ -39,6 +39,7 @@ from wheelkiln.shard.gate import (
 )
 from wheelkiln.shard.partition import is_mine, load_partition_map
 from wheelkiln.shard.source_filter import apply_source_partition
+from wheelkiln.shard.wrapper import SeatConfig
 from wheelkiln.shard.wrapper_log import WrapperRecord, read_wrapper_log
 
 
@@ -164,18 +165,21 @@ def run_shard(
                 tree_path, recipe.sharding.source_globs, index, count, partition_map
             )
 
-    extra_env = {
-        "KILN_PACKAGE_ROOT": str(tree),
-        "KILN_SHARD_LOG": str(wrapper_log),
-        "KILN_STUB_OBJECT": str(stub),
-    }
-    if mechanism == "seat":
-        # The seat partition acts only here; with 'source' the wrapper is a logging
-        # pass-through, so the two partitions can never both act.
-        extra_env["KILN_SHARD_INDEX"] = str(index)
-        extra_env["KILN_SHARD_COUNT"] = str(count)
-        if partition_map_path is not None:
-            extra_env["KILN_PARTITION_MAP"] = str(partition_map_path)
+    cache = make_cache(loaded, options, workdir, job_dir)
+    # The seat partition acts only with 'seat'; with 'source' the wrapper is a logging
+    # pass-through (no shard count), so the two partitions can never both act.
+    seat = SeatConfig(
+        shard_index=index,
+        shard_count=count if mechanism == "seat" else None,
+        package_root=str(tree),
+        log_path=str(wrapper_log),
+        cache=cache.executable() if cache is not None else None,
+        stub_object=str(stub),
+        partition_map_path=(
+            str(partition_map_path) if mechanism == "seat" and partition_map_path else None
+        ),
+        build_dir=str(job_dir / "build"),
+    )
     shard_options = BuildOptions(
         cache=options.cache,
         cache_dir=cache_dir,
@@ -186,7 +190,7 @@ def run_shard(
         jobs=options.jobs,
         source_date_epoch=options.source_date_epoch,
         seat_wrapper=True,
-        extra_env={**options.extra_env, **extra_env},
+        extra_env={**options.extra_env, **seat.to_environ()},
         prepare_tree=prepare,
         quiet=options.quiet,
     )

@@ -121,32 +121,6 @@ def apply_source_partition(
     return SourcePartitionResult(kept=kept, deleted=deleted)
 
 
-def refuse_double_partition(
-    *, shard_count: int, seat_active: bool, source_globs: Sequence[str]
-) -> None:
-    """Raise ValueError when the seat and the source partition would both act.
-
-    Each mechanism gives a shard a 1/N slice. The two agree only when the build compiles
-    every source from exactly the path the source filter saw, relative to the same root;
-    a package root below the tree, sources copied into a build directory or renamed by
-    a generator make the two slices independent, and then a shard compiles only the TUs
-    both put in it: about 1/N² of the build, about 1/N over all N shards. Every shard
-    still goes green (stubs link), and the loss shows only as misses in the link job.
-    """
-    if not seat_active or not source_globs:
-        return
-    count = max(shard_count, 1)
-    raise ValueError(
-        f"both partitions are active for {count} shards: the seat wrapper "
-        f"(KILN_SHARD_COUNT is set) and the source partition (globs "
-        f"{list(source_globs)!r}). Each shard would compile about 1/{count * count} of "
-        f"the TUs and the {count} shards together only about 1/{count} of the build, "
-        "while every shard still passes its gate. Use one mechanism: sharding.filter = "
-        "'seat' without source globs, or 'source' with the wrapper as a pure "
-        "pass-through (KILN_SHARD_COUNT unset)."
-    )
-
-
 def seat_active_in(environ: Mapping[str, str] | None = None) -> bool:
     """True when *environ* (default: this process's) configures the seat partition."""
     env = os.environ if environ is None else environ
