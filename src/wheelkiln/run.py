@@ -14,8 +14,7 @@ and deleted their tree. Four things close that:
 - The child asks the kernel for ``SIGKILL`` when its parent dies (``PR_SET_PDEATHSIG``
   on Linux), which covers the one process a ``kill -9`` leaves behind directly. The
   kernel sends it when the *thread* that started the child ends, so a command is only
-  ever started by a thread that then waits for it (``start_background`` is the
-  exception and asks for nothing).
+  ever started by a thread that then waits for it.
 - When a command ends, what it left running in its group is ended too.
 - On ``SIGTERM``, ``SIGHUP``, ``SIGINT`` and at exit, kiln ends every group it started.
 - The builder lock records the live groups (``watch_groups``), so whoever takes the lock
@@ -496,28 +495,6 @@ def run_logged(
     return Completed(
         tuple(argv), proc.returncode, "".join(kept), wall, cpu, usage.ru_maxrss * 1024
     )
-
-
-def start_background(
-    argv: Sequence[str], *, env: Mapping[str, str] | None = None, log_path: Path | None = None
-) -> subprocess.Popen[bytes]:
-    """Start a long-lived helper process (e.g. a cache server) detached from our stdio."""
-    resolved = [find_executable(argv[0], env), *argv[1:]]
-    if VERBOSE:
-        print(f"+ {quote(argv)} &", file=sys.stderr)
-    out = log_path.open("ab") if log_path is not None else subprocess.DEVNULL
-    try:
-        return subprocess.Popen(
-            resolved,
-            env=dict(env) if env is not None else None,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    finally:
-        if log_path is not None and not isinstance(out, int):
-            out.close()
 
 
 # --- signals and exit -------------------------------------------------------------------

@@ -10,7 +10,6 @@ lines itself."""
 from __future__ import annotations
 
 import re
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -117,7 +116,3 @@ def error(message: str, *, hint: str | None = None) -> None:
     console.print(Text("error: ", style="red") + Text(message), soft_wrap=True)
     if hint:
         console.print(Text(hint), soft_wrap=True)
-
-
-def is_interactive() -> bool:
-    return sys.stderr.isatty()
