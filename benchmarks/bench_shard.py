@@ -27,10 +27,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from wheelkiln import per_tu  # noqa: E402
 from wheelkiln.build.toolchain import real_python  # noqa: E402
 from wheelkiln.cache.backend import CacheConfig  # noqa: E402
 from wheelkiln.cache.ccache import Ccache  # noqa: E402
+from wheelkiln.cells import shard_job_suffix  # noqa: E402
 from wheelkiln.shard import wrapper  # noqa: E402
+from wheelkiln.shard.wrapper_log import WRAPPER_LOG, read_wrapper_log  # noqa: E402
 
 
 def kiln(*args: str | Path) -> dict[str, Any]:
@@ -52,24 +55,23 @@ def spawn_ms(argv: list[str], cwd: str, env: dict[str, str]) -> float:
 def wrapper_costs(job_dir: Path, cache_dir: Path, workdir: Path, index: int, count: int,
                   rounds: int) -> dict[str, float]:
     """Median ms: a TU's ccache hit called directly, the same through the wrapper, a stub."""
-    records = [json.loads(line) for line in (job_dir / "wrapper.jsonl").read_text().splitlines()]
+    records = read_wrapper_log(job_dir / WRAPPER_LOG)
     compiled = next(r for r in records if r["action"] == "compile" and r["argv"][0].endswith("nvcc"))
     stubbed = next(r for r in records if r["action"] == "stub")
     cache = Ccache(CacheConfig(cache_dir=cache_dir, base_dir=workdir))
     env = {**os.environ, **cache.environment()}
     env.pop("CCACHE_STATSLOG", None)
-    seat_env = {
-        **env,
-        "KILN_SHARD_INDEX": str(index), "KILN_SHARD_COUNT": str(count),
-        "KILN_PACKAGE_ROOT": str(job_dir / "src"), "KILN_SHARD_LOG": os.devnull,
-        "KILN_CACHE": cache.executable(), "KILN_STUB_OBJECT": str(job_dir / "empty.o"),
-    }
-    seat = wrapper.launcher_argv(real_python())
+    seat = wrapper.SeatConfig(
+        shard_index=index, shard_count=count, package_root=str(job_dir / "src"), log_path=os.devnull,
+        cache=cache.executable(), stub_object=str(job_dir / "empty.o"),
+    )
+    seat_env = {**env, **seat.to_environ()}
+    command = per_tu.seat_wrapper_argv(real_python())
     direct, wrapped, stub = [], [], []
     for _ in range(rounds):  # interleaved, so load changes hit all three alike
         direct.append(spawn_ms([cache.executable(), *compiled["argv"]], compiled["cwd"], env))
-        wrapped.append(spawn_ms([*seat, *compiled["argv"]], compiled["cwd"], seat_env))
-        stub.append(spawn_ms([*seat, *stubbed["argv"]], stubbed["cwd"], seat_env))
+        wrapped.append(spawn_ms([*command, *compiled["argv"]], compiled["cwd"], seat_env))
+        stub.append(spawn_ms([*command, *stubbed["argv"]], stubbed["cwd"], seat_env))
     return {
         "direct_ccache_hit_ms": statistics.median(direct),
         "wrapper_hit_ms": statistics.median(wrapped),
@@ -105,7 +107,7 @@ def main() -> None:
                             scratch / "planned-linked", *common)
         cell = link["cell"]
         slowest = max(range(args.count), key=lambda i: shards[i]["wall_seconds"])
-        suffix = f"shard-{slowest}-of-{args.count}"
+        suffix = shard_job_suffix(slowest, args.count)
         costs = wrapper_costs(work / f"{cell}-{suffix}", work / f"{cell}-{suffix}.cache", work.resolve(),
                               slowest, args.count, args.rounds)
     critical = shards[slowest]["wall_seconds"] + link["wall_seconds"]

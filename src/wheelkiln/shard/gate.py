@@ -5,20 +5,21 @@ expected to fail: the dispatcher TU survives in every shard and calls kernels th
 shard never built. The gate tells that expected failure apart from a real one, from the
 build's exit code and log, the objects on disk and the seat wrapper's records.
 
-Pure functions on data (plus one small reader at the end); stdlib only. The wrapper
-log's reader is :mod:`wheelkiln.shard.wrapper_log`; what counts as a compiler
-diagnostic or an unresolved symbol is :mod:`wheelkiln.shard.diagnostics`.
+Pure functions on data (plus one small reader at the end). The wrapper's records come
+typed from the log's one reader, :mod:`wheelkiln.shard.wrapper_log`; what counts as a
+compiler diagnostic or an unresolved symbol is :mod:`wheelkiln.shard.diagnostics`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
 from wheelkiln.shard.diagnostics import diagnostic_lines, has_unresolved_symbols
+from wheelkiln.shard.wrapper_log import WrapperRecord, action_counts
 
 
 @dataclass(frozen=True)
@@ -42,16 +43,7 @@ class ShardGateResult:
     """Compiles of the slice checked against the compile database (None: no database)."""
 
 
-def _action_counts(records: Iterable[Mapping[str, object]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for record in records:
-        action = record.get("action")
-        if isinstance(action, str):
-            counts[action] = counts.get(action, 0) + 1
-    return counts
-
-
-def _latest_stub_outputs(records: Iterable[Mapping[str, object]]) -> set[str]:
+def _latest_stub_outputs(records: Iterable[WrapperRecord]) -> set[str]:
     latest: dict[str, object] = {}
     for record in records:
         output = record.get("output")
@@ -63,11 +55,11 @@ def _latest_stub_outputs(records: Iterable[Mapping[str, object]]) -> set[str]:
 _REAL_WORK_ACTIONS = frozenset({"compile", "host-pass", "link-probe-rebuild"})
 
 
-def _failed(record: Mapping[str, object]) -> bool:
+def _failed(record: WrapperRecord) -> bool:
     return record.get("exit") not in (0, None)
 
 
-def _is_tu_compile(record: Mapping[str, object]) -> bool:
+def _is_tu_compile(record: WrapperRecord) -> bool:
     """A record of a TU compiled for real (in the seat or the source partition)."""
     action = record.get("action")
     return action in ("compile", "link-probe-rebuild") or (
@@ -75,7 +67,7 @@ def _is_tu_compile(record: Mapping[str, object]) -> bool:
     )
 
 
-def scratch_probe_failures(records: Sequence[Mapping[str, object]]) -> list[int]:
+def scratch_probe_failures(records: Sequence[WrapperRecord]) -> list[int]:
     """Indexes of failed TU compiles that the build went past: probes under a fixed name.
 
     Some setup.py scripts probe the toolchain by writing a test program to one fixed
@@ -104,7 +96,7 @@ def scratch_probe_failures(records: Sequence[Mapping[str, object]]) -> list[int]
     ]
 
 
-def _probe_sources(records: Sequence[Mapping[str, object]]) -> set[str]:
+def _probe_sources(records: Sequence[WrapperRecord]) -> set[str]:
     """Source paths (as written and as file names) of the probes that failed."""
     sources: set[str] = set()
     scratch = set(scratch_probe_failures(records))
@@ -119,7 +111,7 @@ def _probe_sources(records: Sequence[Mapping[str, object]]) -> set[str]:
     return sources
 
 
-def _real_diagnostics(build_log: str, records: Sequence[Mapping[str, object]]) -> list[str]:
+def _real_diagnostics(build_log: str, records: Sequence[WrapperRecord]) -> list[str]:
     """Diagnostic lines not explained by a build-system probe that failed on purpose.
 
     Probes are meant to fail sometimes (pybind11's ``has_flag`` tries a flag, CMake's
@@ -163,7 +155,7 @@ class ExpectedCompile:
 
 
 def missing_compiles(
-    expected: Iterable[ExpectedCompile], records: Sequence[Mapping[str, object]]
+    expected: Iterable[ExpectedCompile], records: Sequence[WrapperRecord]
 ) -> list[ExpectedCompile]:
     """The *expected* compiles that no successful wrapper record shows.
 
@@ -187,7 +179,7 @@ def missing_compiles(
     ]
 
 
-def _is_library_link(record: Mapping[str, object]) -> bool:
+def _is_library_link(record: WrapperRecord) -> bool:
     """A shared-library or device link: a target of the package. A failed executable
     link is most often a build system asking whether something links (a feature test
     in a temporary directory), and its answer is not a shard failure."""
@@ -199,7 +191,7 @@ def _is_library_link(record: Mapping[str, object]) -> bool:
     return parsed.shared or parsed.stage == "device-link"
 
 
-def _link_notes(records: Sequence[Mapping[str, object]]) -> tuple[list[str], list[str]]:
+def _link_notes(records: Sequence[WrapperRecord]) -> tuple[list[str], list[str]]:
     """(tolerated links, failed links the wrapper did not recognise), one line each."""
     tolerated: list[str] = []
     unrecognised: list[str] = []
@@ -227,7 +219,7 @@ def shard_gate(
     exit_code: int,
     build_log: str,
     objects: Sequence[tuple[str, int]],
-    wrapper_records: Sequence[Mapping[str, object]],
+    wrapper_records: Sequence[WrapperRecord],
     expected: Sequence[ExpectedCompile] | None = None,
 ) -> ShardGateResult:
     """Decide whether a shard's build is acceptable.
@@ -251,7 +243,7 @@ def shard_gate(
       otherwise stopped the build, and the TUs after it never compiled), and the log
       must show an unresolved-symbol error or the wrapper must have tolerated one.
     """
-    counts = _action_counts(wrapper_records)
+    counts = action_counts(wrapper_records)
     result_counts = {
         "compiled": counts.get("compile", 0) + counts.get("link-probe-rebuild", 0),
         "stubbed": counts.get("stub", 0),

@@ -40,7 +40,7 @@ from wheelkiln.shard.gate import (
 from wheelkiln.shard.partition import is_mine, load_partition_map
 from wheelkiln.shard.source_filter import apply_source_partition
 from wheelkiln.shard.wrapper import SeatConfig
-from wheelkiln.shard.wrapper_log import WrapperRecord, read_wrapper_log
+from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, read_wrapper_log
 
 
 def toolchain_fingerprint(
@@ -148,7 +148,7 @@ def run_shard(
     suffix = shard_job_suffix(index, count)
     job_dir = job_directory(workdir, cell, suffix)
     tree = job_dir / "src"
-    wrapper_log = job_dir / "wrapper.jsonl"
+    wrapper_log = job_dir / WRAPPER_LOG
     stub = job_dir / "empty.o"
     cache_dir = (options.cache_dir or job_dir.with_name(job_dir.name + ".cache")).resolve()
     shutil.rmtree(cache_dir, ignore_errors=True)
@@ -223,7 +223,7 @@ def run_shard(
             cache_dir,
             manifest,
             out_dir / shard_archive(cell.id, index, count),
-            extras={"wrapper.jsonl": wrapper_log},
+            extras={WRAPPER_LOG: wrapper_log},
         )
     record = build_record(
         outcome,
