@@ -130,20 +130,25 @@ class SeatConfig:
     def to_environ(self) -> dict[str, str]:
         """The ``KILN_*`` variables that :meth:`from_environ` reads back as this config,
         and the one place they are written (the shard job puts them in its build's
-        environment). Every one is set, empty when unset, so a value left in the
-        caller's environment never reaches the wrapper: a stray ``KILN_SHARD_COUNT``
-        would make a source-partition shard partition a second time."""
+        environment). Settings left unset are not written, except the shard count and
+        index: they decide whether the seat partition acts at all, so they are always
+        written (empty under the source partition) and one left in the caller's
+        environment cannot make a source-partitioned shard partition a second time."""
         seat = self.shard_count is not None
-        return {
+        environ = {
             "KILN_SHARD_INDEX": str(self.shard_index) if seat else "",
             "KILN_SHARD_COUNT": str(self.shard_count) if seat else "",
-            "KILN_PACKAGE_ROOT": self.package_root or "",
-            "KILN_BUILD_DIR": self.build_dir or "",
-            "KILN_SHARD_LOG": self.log_path or "",
-            "KILN_CACHE": self.cache or "",
-            "KILN_STUB_OBJECT": self.stub_object or "",
-            "KILN_PARTITION_MAP": self.partition_map_path or "",
         }
+        optional = {
+            "KILN_PACKAGE_ROOT": self.package_root,
+            "KILN_BUILD_DIR": self.build_dir,
+            "KILN_SHARD_LOG": self.log_path,
+            "KILN_CACHE": self.cache,
+            "KILN_STUB_OBJECT": self.stub_object,
+            "KILN_PARTITION_MAP": self.partition_map_path,
+        }
+        environ.update({name: value for name, value in optional.items() if value})
+        return environ
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> SeatConfig:
