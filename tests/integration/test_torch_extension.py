@@ -305,7 +305,7 @@ def test_torch_ninja_extension_shards_through_pytorch_nvcc(
     assert re.search(r"(?m)^cxx = \S*/bin/[0-9a-f]{20}/c\+\+$", ninja_text), "no ccache before CXX"
 
     report = kiln.json("build", recipe, "--shards", str(SHARDS), "--out", tmp_path / "sharded",
-                       "--workdir", tmp_path / "work", "--no-wheel-cache")
+                       "--workdir", tmp_path / "work")
     link = report["link"]
     assert link["cache"]["misses"] == 0, link["cache"]
     assert link["cache"]["hits"] == link["cache"]["total"] == tus
@@ -360,7 +360,7 @@ def test_torch_scatter_shards_through_cuda_home_nvcc(
     assert "/cuda-home/bin/nvcc" in log, "the no-ninja path ran $CUDA_HOME/bin/nvcc: the shim"
 
     report = kiln.json("build", recipe, "--shards", "3", "--out", tmp_path / "sharded",
-                       "--workdir", tmp_path / "work", "--no-wheel-cache")
+                       "--workdir", tmp_path / "work")
     link = report["link"]
     assert link["cache"]["misses"] == 0, link["link"]["gate"]
     assert link["cache"]["hits"] == link["cache"]["total"] == tus
