@@ -61,3 +61,9 @@ def test_a_stray_shard_count_in_the_callers_environment_is_overwritten() -> None
     source = SeatConfig(package_root="/w/src", log_path="/w/log", stub_object="/w/e.o")
     read = SeatConfig.from_environ({**caller, **source.to_environ()})
     assert not read.seat_active
+
+
+def test_no_cache_means_none_even_with_one_in_the_callers_environment() -> None:
+    uncached = SeatConfig(shard_index=0, shard_count=2, package_root="/w/src")
+    read = SeatConfig.from_environ({"KILN_CACHE": "/old/ccache", **uncached.to_environ()})
+    assert read.cache is None

@@ -130,20 +130,22 @@ class SeatConfig:
     def to_environ(self) -> dict[str, str]:
         """The ``KILN_*`` variables that :meth:`from_environ` reads back as this config,
         and the one place they are written (the shard job puts them in its build's
-        environment). Settings left unset are not written, except the shard count and
-        index: they decide whether the seat partition acts at all, so they are always
-        written (empty under the source partition) and one left in the caller's
-        environment cannot make a source-partitioned shard partition a second time."""
+        environment). Settings left unset are not written, except three that are always
+        written, empty when unset, so that a value left in the caller's environment
+        never reaches the wrapper: the shard count and index decide whether the seat
+        partition acts at all (a stray count would make a source-partitioned shard
+        partition a second time), and the cache is the one the build was asked for
+        (none with ``--cache none``)."""
         seat = self.shard_count is not None
         environ = {
             "KILN_SHARD_INDEX": str(self.shard_index) if seat else "",
             "KILN_SHARD_COUNT": str(self.shard_count) if seat else "",
+            "KILN_CACHE": self.cache or "",
         }
         optional = {
             "KILN_PACKAGE_ROOT": self.package_root,
             "KILN_BUILD_DIR": self.build_dir,
             "KILN_SHARD_LOG": self.log_path,
-            "KILN_CACHE": self.cache,
             "KILN_STUB_OBJECT": self.stub_object,
             "KILN_PARTITION_MAP": self.partition_map_path,
         }
