@@ -48,6 +48,11 @@ def kiln_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield home
 
 
+# Tests that take ``kernels_cold`` carry this mark: under ``--dist loadgroup`` one
+# worker runs them all, so the cold CUDA build is made once per test run.
+KERNELS_COLD = pytest.mark.xdist_group("demo-kernels-cold")
+
+
 class Kiln:
     """Runs ``kiln`` as a user would, in a subprocess, with an isolated home."""
 
@@ -87,6 +92,21 @@ class Kiln:
 @pytest.fixture
 def kiln(kiln_home: Path, tmp_path: Path) -> Kiln:
     return Kiln(kiln_home, tmp_path / "state")
+
+
+@pytest.fixture(scope="session")
+def kernels_cold(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> dict[str, Any]:
+    """demo-kernels built once, unsharded and cold: the wheel every sharded build must
+    match, and the filled cache a rebuild starts from. Nobody may change its tree or cache:
+    copy them (``copytree``) before editing or building into them."""
+    tmp = tmp_path_factory.mktemp("kernels-cold")
+    tree = copy_example("demo-kernels", tmp)
+    recipe = recipe_for(tree, "demo-kernels", tmp)
+    kiln = Kiln(kiln_home, tmp / "state")
+    record = kiln.json("build", recipe, "--out", tmp / "out", "--workdir", tmp / "work",
+                       "--cache-dir", tmp / "ccache", "--no-wheel-cache")
+    return {"tree": tree, "recipe": recipe, "record": record, "kiln": kiln, "tmp": tmp,
+            "cache": tmp / "ccache"}
 
 
 def copy_example(name: str, destination: Path) -> Path:

@@ -7,10 +7,11 @@ import re
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conftest import Kiln, copy_example, expected_checksum, recipe_for
+from tests.conftest import KERNELS_COLD, Kiln, copy_example, expected_checksum, recipe_for
 
 pytestmark = pytest.mark.compile
 
@@ -88,12 +89,18 @@ def _host_only_constant_edit(tree: Path, suffix: str) -> Path:
 
 
 @pytest.mark.cuda
+@KERNELS_COLD
 def test_cmake_nvcc_host_only_edit_is_not_a_stale_hit(
-    kiln: Kiln, tmp_path: Path, installed
+    kiln: Kiln, tmp_path: Path, installed, kernels_cold: dict[str, Any]
 ) -> None:
-    tree = copy_example("demo-kernels", tmp_path)
+    # The session's cold build, continued in copies of its tree and cache: another
+    # directory, so the rebuild's hits also show that keys do not name the tree.
+    tree = tmp_path / "demo-kernels"
+    shutil.copytree(kernels_cold["tree"], tree)
+    shutil.copytree(kernels_cold["cache"], tmp_path / "ccache")
     recipe = recipe_for(tree, "demo-kernels", tmp_path)
-    cold = build(kiln, recipe, tmp_path)
+    cold = kernels_cold["record"]
+    assert cold["cache"]["misses"] == cold["cache"]["total"] and cold["cache"]["hits"] == 0
     code = "import demo_kernels; print(demo_kernels.checksum())"
     old_answer = int(installed(cold["wheel"]["path"], code))
     assert old_answer == expected_checksum(tree)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Kiln, copy_example, expected_checksum, recipe_for
+from tests.conftest import KERNELS_COLD, Kiln, copy_example, expected_checksum, recipe_for
 from wheelkiln.shard.partition import shard_of, tu_key
 
 pytestmark = pytest.mark.compile
@@ -38,28 +38,17 @@ def exported(wheel: str) -> dict[str, set[str]]:
     return symbols
 
 
-@pytest.fixture(scope="module")
-def kernels_reference(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> dict[str, Any]:
-    """demo-kernels built once unsharded: the wheel every sharded build must match."""
-    tmp = tmp_path_factory.mktemp("kernels-ref")
-    tree = copy_example("demo-kernels", tmp)
-    recipe = recipe_for(tree, "demo-kernels", tmp)
-    kiln = Kiln(kiln_home, tmp / "state")
-    record = kiln.json("build", recipe, "--out", tmp / "out", "--workdir", tmp / "work",
-                       "--cache-dir", tmp / "ccache", "--no-wheel-cache")
-    return {"tree": tree, "recipe": recipe, "record": record, "kiln": kiln, "tmp": tmp}
-
-
 @pytest.mark.cuda
+@KERNELS_COLD
 @pytest.mark.parametrize("count", [1, 2, 4, 7])
 def test_demo_kernels_sharded_links_with_zero_misses(
-    kernels_reference: dict[str, Any], tmp_path: Path, installed, count: int
+    kernels_cold: dict[str, Any], tmp_path: Path, installed, count: int
 ) -> None:
-    kiln: Kiln = kernels_reference["kiln"]
-    report = sharded(kiln, kernels_reference["recipe"], tmp_path, count)
+    kiln: Kiln = kernels_cold["kiln"]
+    report = sharded(kiln, kernels_cold["recipe"], tmp_path, count)
     link = report["link"]
     assert link["cache"]["misses"] == 0
-    assert link["cache"]["hits"] == link["cache"]["total"] == kernels_reference["record"]["cache"]["total"]
+    assert link["cache"]["hits"] == link["cache"]["total"] == kernels_cold["record"]["cache"]["total"]
     # Configure succeeded in every shard: CMake's probes were never stubbed, and families
     # that are empty in a shard are skipped by their if(TARGET ...) guards.
     assert len(report["shards"]) == count
@@ -70,9 +59,9 @@ def test_demo_kernels_sharded_links_with_zero_misses(
     probes = {s["shard"]["actions"].get("probe", 0) for s in report["shards"]}
     assert len(probes) == 1 and probes.pop() >= 4
     answer = installed(link["wheel"]["path"], "import demo_kernels; print(demo_kernels.checksum())")
-    assert int(answer) == expected_checksum(kernels_reference["tree"])
-    assert exported(link["wheel"]["path"]) == exported(kernels_reference["record"]["wheel"]["path"])
-    verdict = json.loads(kiln("verify", link["wheel"]["path"], kernels_reference["record"]["wheel"]["path"],
+    assert int(answer) == expected_checksum(kernels_cold["tree"])
+    assert exported(link["wheel"]["path"]) == exported(kernels_cold["record"]["wheel"]["path"])
+    verdict = json.loads(kiln("verify", link["wheel"]["path"], kernels_cold["record"]["wheel"]["path"],
                               "--json").stdout)
     assert verdict["equivalent"], verdict
 
