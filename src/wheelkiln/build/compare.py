@@ -12,8 +12,9 @@ path) and writes them into symbols, the fatbin (compressed, for PTX) and ``.roda
 shared object ld then orders the symbol hash table, PLT and GOT by those names, and the
 build id hashes it all. :mod:`wheelkiln.build.nvcc_names` blanks them; files equal once
 blanked (bytes, or for linked ELF files section by section, symbols and relocations as
-listings and code as disassembly) form their own category, not a failure. Every other
-difference stays a difference.
+listings and code as disassembly) form their own category, not a failure; so do linked
+files whose later sections moved because a compressed fatbin entry has another size.
+Every other difference stays a difference.
 """
 
 from __future__ import annotations
