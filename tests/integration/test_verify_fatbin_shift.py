@@ -14,6 +14,7 @@ here as test_verify_cuda.py links them.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import zipfile
@@ -124,6 +125,49 @@ def test_a_changed_byte_beside_the_shift_still_differs(
     result = compare_wheels(_wheel(first), _wheel(second.parent / "patched.so", data))
     assert not result.equivalent
     assert result.differing == [MODULE]
+
+
+def _flip_at_address(data: bytes, address: int, bits: int) -> bytes:
+    """*data* with the byte that *address* (in ``.text``) is loaded from XORed by *bits*."""
+    text = _sections(data)[".text"]
+    buffer = bytearray(data)
+    buffer[text.offset + address - text.address] ^= bits
+    return bytes(buffer)
+
+
+def _disassembly(path: Path) -> list[str]:
+    return subprocess.run(
+        ["objdump", "-d", "-w", "-j", ".text", str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
+
+
+def test_a_changed_instruction_beside_the_shift_still_differs(
+    shifted_pair: tuple[Path, Path],
+) -> None:
+    """``host_answer`` returns 43 instead of 42 (``mov $0x2a,%eax`` patched)."""
+    first, second = shifted_pair
+    (line,) = [line for line in _disassembly(second) if re.search(r"\bmov\s+\$0x2a,%eax", line)]
+    address = int(line.split(":")[0], 16)
+    assert not same_modulo_names(
+        first.read_bytes(), _flip_at_address(second.read_bytes(), address + 1, 0x01)
+    )
+
+
+def test_a_rip_relative_operand_pointing_elsewhere_still_differs(
+    shifted_pair: tuple[Path, Path],
+) -> None:
+    """A ``lea`` of ``__nv_module_id`` (after the shift) moved 16 bytes into that
+    section: the displacement differs between the files anyway, the place it names
+    must not."""
+    first, second = shifted_pair
+    pattern = re.compile(r"^\s*([0-9a-f]+):\s+48 8d 05 .*# [0-9a-f]+ <_ZL15__module_id_str>")
+    address = next(int(m.group(1), 16) for m in map(pattern.match, _disassembly(second)) if m)
+    assert not same_modulo_names(
+        first.read_bytes(), _flip_at_address(second.read_bytes(), address + 3, 0x10)
+    )
 
 
 def test_a_changed_device_constant_with_the_shift_still_differs(

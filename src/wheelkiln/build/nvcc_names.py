@@ -473,7 +473,10 @@ class _Layout:
         if offset == size:
             return f"{name}+end"
         fatbin = bisect.bisect_right(starts, offset) - 1
-        return f"{name}#{fatbin}+{offset - starts[fatbin]:#x}"
+        if len(starts) == 1:
+            return f"{name}+{offset:#x}"
+        # No "#": the disassembly's comments start with one and are cut off.
+        return f"{name}[fatbin {fatbin}]+{offset - starts[fatbin]:#x}"
 
     def section_of(self, address: int) -> str | None:
         span = self._span(address)
