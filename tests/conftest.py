@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -20,9 +21,13 @@ RECIPES = ROOT / "recipes"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """CUDA tests need nvcc (no GPU): without one they are skipped, and say why."""
+    """Real builds first, CUDA ones before the rest, so that under pytest-xdist the long
+    tests start early and the short ones fill the gaps at the end (no test depends on the
+    order: the suite is also run in file order without xdist). CUDA tests need nvcc (no
+    GPU): without one they are skipped, and say why."""
     from wheelkiln.build.toolchain import find_nvcc
 
+    items.sort(key=lambda item: ("cuda" not in item.keywords, "compile" not in item.keywords))
     if find_nvcc() is not None:
         return
     skip = pytest.mark.skip(reason="no nvcc found ($CUDA_HOME, /usr/local/cuda or PATH)")
@@ -46,11 +51,6 @@ def kiln_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = Path(chosen) / os.environ.get("PYTEST_XDIST_WORKER", "main")
     home.mkdir(parents=True, exist_ok=True)
     yield home
-
-
-# Tests that take ``kernels_cold`` carry this mark: under ``--dist loadgroup`` one
-# worker runs them all, so the cold CUDA build is made once per test run.
-KERNELS_COLD = pytest.mark.xdist_group("demo-kernels-cold")
 
 
 class Kiln:
@@ -96,17 +96,31 @@ def kiln(kiln_home: Path, tmp_path: Path) -> Kiln:
 
 @pytest.fixture(scope="session")
 def kernels_cold(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> dict[str, Any]:
-    """demo-kernels built once, unsharded and cold: the wheel every sharded build must
-    match, and the filled cache a rebuild starts from. Nobody may change its tree or cache:
-    copy them (``copytree``) before editing or building into them."""
-    tmp = tmp_path_factory.mktemp("kernels-cold")
-    tree = copy_example("demo-kernels", tmp)
-    recipe = recipe_for(tree, "demo-kernels", tmp)
-    kiln = Kiln(kiln_home, tmp / "state")
-    record = kiln.json("build", recipe, "--out", tmp / "out", "--workdir", tmp / "work",
-                       "--cache-dir", tmp / "ccache", "--no-wheel-cache")
-    return {"tree": tree, "recipe": recipe, "record": record, "kiln": kiln, "tmp": tmp,
-            "cache": tmp / "ccache"}
+    """demo-kernels built once per test run, unsharded and cold: the wheel every sharded
+    build must match, and the filled cache a rebuild starts from. Nobody may change its
+    tree or cache: copy them (``copytree``) before editing or building into them.
+
+    Under pytest-xdist the first worker to ask builds it under a lock in the run's shared
+    temporary directory; the others wait and read its record.
+    """
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # popen-gwN/.. is shared by every worker of this run
+    tmp = root / "kernels-cold"
+    done = tmp / "record.json"
+    with open(root / "kernels-cold.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            tree = copy_example("demo-kernels", tmp)
+            recipe_for(tree, "demo-kernels", tmp)
+            record = Kiln(kiln_home, tmp / "state").json(
+                "build", tmp / "demo-kernels.toml", "--out", tmp / "out", "--workdir",
+                tmp / "work", "--cache-dir", tmp / "ccache", "--no-wheel-cache")
+            done.write_text(json.dumps(record))
+    return {"tree": tmp / "demo-kernels", "recipe": tmp / "demo-kernels.toml",
+            "record": json.loads(done.read_text()), "cache": tmp / "ccache"}
 
 
 def copy_example(name: str, destination: Path) -> Path:

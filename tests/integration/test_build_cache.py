@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import KERNELS_COLD, Kiln, copy_example, expected_checksum, recipe_for
+from tests.conftest import Kiln, copy_example, expected_checksum, recipe_for
 
 pytestmark = pytest.mark.compile
 
@@ -89,7 +89,6 @@ def _host_only_constant_edit(tree: Path, suffix: str) -> Path:
 
 
 @pytest.mark.cuda
-@KERNELS_COLD
 def test_cmake_nvcc_host_only_edit_is_not_a_stale_hit(
     kiln: Kiln, tmp_path: Path, installed, kernels_cold: dict[str, Any]
 ) -> None:

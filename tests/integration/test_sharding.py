@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import KERNELS_COLD, Kiln, copy_example, expected_checksum, recipe_for
+from tests.conftest import Kiln, copy_example, expected_checksum, recipe_for
 from wheelkiln.shard.partition import shard_of, tu_key
 
 pytestmark = pytest.mark.compile
@@ -39,12 +39,10 @@ def exported(wheel: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.cuda
-@KERNELS_COLD
 @pytest.mark.parametrize("count", [1, 2, 4, 7])
 def test_demo_kernels_sharded_links_with_zero_misses(
-    kernels_cold: dict[str, Any], tmp_path: Path, installed, count: int
+    kiln: Kiln, kernels_cold: dict[str, Any], tmp_path: Path, installed, count: int
 ) -> None:
-    kiln: Kiln = kernels_cold["kiln"]
     report = sharded(kiln, kernels_cold["recipe"], tmp_path, count)
     link = report["link"]
     assert link["cache"]["misses"] == 0
