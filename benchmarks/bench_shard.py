@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from wheelkiln import per_tu  # noqa: E402
-from wheelkiln.build.toolchain import real_python  # noqa: E402
+from wheelkiln.builder.toolchain import real_python  # noqa: E402
 from wheelkiln.cache.backend import CacheConfig  # noqa: E402
 from wheelkiln.cache.ccache import Ccache  # noqa: E402
 from wheelkiln.cells import shard_job_suffix  # noqa: E402

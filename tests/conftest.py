@@ -25,7 +25,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests start early and the short ones fill the gaps at the end (no test depends on the
     order: the suite is also run in file order without xdist). CUDA tests need nvcc (no
     GPU): without one they are skipped, and say why."""
-    from wheelkiln.build.toolchain import find_nvcc
+    from wheelkiln.builder.toolchain import find_nvcc
 
     items.sort(key=lambda item: ("cuda" not in item.keywords, "compile" not in item.keywords))
     if find_nvcc() is not None:

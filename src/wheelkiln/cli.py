@@ -218,9 +218,9 @@ def build(
     The cache sits in front of every compiler the package calls. A build record (JSON)
     with timings, cache counters and digests is written beside the wheel.
     """
-    from wheelkiln.build.cell import BuildOptions, build_cell
-    from wheelkiln.build.record import build_record, publish
-    from wheelkiln.build.verify import describe_verify, verify_wheel
+    from wheelkiln.builder.cell import BuildOptions, build_cell
+    from wheelkiln.builder.record import build_record, publish
+    from wheelkiln.builder.wheel_checks import describe_verify, verify_wheel
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
 
@@ -275,8 +275,8 @@ def build(
             )
         record["verify"] = verify_wheel(outcome, loaded, smoke=smoke)
         record_path = publish(outcome, record, out_dir)
-        from wheelkiln.build.record import remember
-        from wheelkiln.build.wheel_cache import WheelCache, outcome_input_digest
+        from wheelkiln.builder.record import remember
+        from wheelkiln.builder.wheel_cache import WheelCache, outcome_input_digest
 
         digest = outcome_input_digest(loaded, outcome, options)
         # Also in the state home, where `kiln build --shards` finds it whatever --out was.
@@ -353,8 +353,8 @@ def _serve_from_wheel_cache(
     import shutil
     import time
 
-    from wheelkiln.build.record import served_record
-    from wheelkiln.build.wheel_cache import WheelCache, plan_input_digest
+    from wheelkiln.builder.record import served_record
+    from wheelkiln.builder.wheel_cache import WheelCache, plan_input_digest
 
     started, cpu_started = time.perf_counter(), time.process_time()
     digest = plan_input_digest(loaded, cell, options)
@@ -375,7 +375,7 @@ def _serve_from_wheel_cache(
     if smoke:
         # The smoke test belongs to this run: a wheel served from the cache is as
         # deliverable as a built one, and its runtime may have changed since.
-        from wheelkiln.build.verify import describe_verify, smoke_test
+        from wheelkiln.builder.wheel_checks import describe_verify, smoke_test
 
         try:
             ran = smoke_test(target, loaded, cell)
@@ -431,7 +431,7 @@ def _common_options(
     namespace: str | None,
     cache_dir: Path | None = None,
 ) -> Any:
-    from wheelkiln.build.cell import BuildOptions
+    from wheelkiln.builder.cell import BuildOptions
 
     return BuildOptions(
         cache=cache_name or loaded.recipe.cache.backend,
@@ -663,7 +663,7 @@ def link(
     [verify] checks, as an unsharded build's does (with --smoke, the smoke test too). A
     failed full build is a build failure (exit 4) naming the TU and its diagnostic.
     """
-    from wheelkiln.build.verify import describe_verify
+    from wheelkiln.builder.wheel_checks import describe_verify
     from wheelkiln.cache.archive import ArchiveLimits
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.output_paths import check_input_dir
@@ -787,7 +787,7 @@ def verify(wheel_a: Path, wheel_b: Path, as_json: bool) -> None:
     their own category, as are objects that differ only in nvcc's per-build module ids
     and what the linker derives from them. Exits non-zero when the wheels are not equivalent.
     """
-    from wheelkiln.build.compare import compare_wheels
+    from wheelkiln.wheels.compare import compare_wheels
 
     result = compare_wheels(wheel_a, wheel_b)
     if as_json:

@@ -2,7 +2,7 @@
 wrapper (stdlib only, a leaf).
 
 Build systems start them once per TU, through the compiler front scripts the builder
-writes (:mod:`wheelkiln.build.toolchain`). Those scripts need the commands, not the
+writes (:mod:`wheelkiln.builder.toolchain`). Those scripts need the commands, not the
 programs: naming the programs here by module lets the builder write them without
 importing the shard package, which imports the builder.
 

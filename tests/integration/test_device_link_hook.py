@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.toolchain import Launch, toolchain_environment
+from wheelkiln.builder.toolchain import Launch, toolchain_environment
 
 pytestmark = [
     pytest.mark.compile,

@@ -2,7 +2,7 @@
 
 Each test compiles a tiny program through ccache configured as kiln configures it
 (:class:`wheelkiln.cache.ccache.Ccache`, the caller's environment as
-:func:`wheelkiln.build.job_env.inherited_environment` leaves it, nvcc through kiln's
+:func:`wheelkiln.builder.job_env.inherited_environment` leaves it, nvcc through kiln's
 launcher), changes one variable, compiles again, and checks both the cache's verdict
 and the object: the program's exit code (or a symbol) shows which value it was built
 with. A stale hit shows up as the old value.
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Kiln
-from wheelkiln.build.job_env import inherited_environment
-from wheelkiln.build.toolchain import find_nvcc
+from wheelkiln.builder.job_env import inherited_environment
+from wheelkiln.builder.toolchain import find_nvcc
 from wheelkiln.cache import launch
 from wheelkiln.cache.backend import CacheConfig
 from wheelkiln.cache.ccache import Ccache
@@ -431,7 +431,7 @@ set_target_properties(k PROPERTIES CUDA_ARCHITECTURES 80)
 @pytest.mark.skipif(shutil.which("ninja") is None, reason="ninja is not installed")
 def test_cmake_nvcc_flag_variables_key_the_compile(tmp_path: Path) -> None:
     """CMake's nvcc goes through kiln's CUDA launcher, which moves the variables too."""
-    from wheelkiln.build.toolchain import Launch, toolchain_environment
+    from wheelkiln.builder.toolchain import Launch, toolchain_environment
 
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "CMakeLists.txt").write_text(CMAKE_CUDA_PROJECT)

@@ -5,7 +5,7 @@ A probe compiles a throw-away source in a random directory (CMake's
 to run, so its cache entry can never be hit again. Counted as a miss, it made "zero
 misses" unreachable for a link job whose every real TU hit. kiln runs probes past the
 cache, in shard jobs (the seat wrapper) and in link jobs and plain builds (the compiler
-fronts of :mod:`wheelkiln.build.toolchain`).
+fronts of :mod:`wheelkiln.builder.toolchain`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import Kiln
-from wheelkiln.build.job_env import inherited_environment
-from wheelkiln.build.toolchain import Launch, toolchain_environment
+from wheelkiln.builder.job_env import inherited_environment
+from wheelkiln.builder.toolchain import Launch, toolchain_environment
 from wheelkiln.cache.backend import CacheConfig
 from wheelkiln.cache.ccache import Ccache
 

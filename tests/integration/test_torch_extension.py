@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Kiln
-from wheelkiln.build.environment import BuildEnvironment
+from wheelkiln.builder.environment import BuildEnvironment
 from wheelkiln.shard.partition import shard_of
 
 TORCH = "torch==2.14.1"
@@ -183,7 +183,7 @@ extension_modules = ["kiln_torch_demo/_C*.so"]
 
 
 def _nvcc_major() -> int | None:
-    from wheelkiln.build.toolchain import find_nvcc
+    from wheelkiln.builder.toolchain import find_nvcc
 
     nvcc = find_nvcc()
     if nvcc is None:
@@ -215,7 +215,7 @@ def torch_build_environment(tree: Path, kiln_home: Path, extra: tuple[str, ...])
     Made in-process with kiln's own function and its key, so the kiln subprocesses that
     follow find it ready under the same ``$KILN_HOME``.
     """
-    from wheelkiln.build.environment import ensure_environment
+    from wheelkiln.builder.environment import ensure_environment
     from wheelkiln.errors import BuildError
 
     major = _nvcc_major()
@@ -422,7 +422,7 @@ def _fake_cache(where: Path) -> Path:
 def test_host_compiler_script_is_the_same_bytes_in_shard_and_link_jobs(tmp_path: Path) -> None:
     """torch passes -ccbin $CC to nvcc and ccache hashes that file's content: a different
     script in shards and link job made every .cu TU miss in the link job."""
-    from wheelkiln.build.toolchain import Launch, toolchain_environment
+    from wheelkiln.builder.toolchain import Launch, toolchain_environment
 
     cache = _fake_cache(tmp_path)
     shard = toolchain_environment(Launch(str(cache), seat_wrapper=True), "setuptools",
@@ -451,7 +451,7 @@ def test_host_compiler_script_is_the_same_bytes_in_shard_and_link_jobs(tmp_path:
 
 def test_cuda_home_names_the_toolkit_not_the_shim(tmp_path: Path) -> None:
     """Without CUDA_HOME, torch guesses it from `nvcc` on PATH, which is kiln's shim."""
-    from wheelkiln.build.toolchain import Launch, find_nvcc, toolchain_environment
+    from wheelkiln.builder.toolchain import Launch, find_nvcc, toolchain_environment
 
     if find_nvcc() is None:
         pytest.skip("no nvcc")
@@ -470,7 +470,7 @@ def test_cuda_home_names_the_toolkit_not_the_shim(tmp_path: Path) -> None:
 def test_wheel_math_headers_go_on_cuda_inc_path(tmp_path: Path) -> None:
     """ATen's CUDA headers include cublas_v2.h, which torch's nvidia wheels carry and a
     toolkit without its math libraries lacks."""
-    from wheelkiln.build.toolchain import cuda_inc_path
+    from wheelkiln.builder.toolchain import cuda_inc_path
 
     toolkit = tmp_path / "cuda"
     (toolkit / "include").mkdir(parents=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.compare import compare_wheels, exported_symbols
+from wheelkiln.wheels.compare import compare_wheels, exported_symbols
 
 pytestmark = [pytest.mark.compile, pytest.mark.cuda]
 

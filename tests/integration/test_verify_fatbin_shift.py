@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.compare import compare_wheels
-from wheelkiln.build.nvcc_names import Section, elf_sections, same_modulo_names
+from wheelkiln.wheels.compare import compare_wheels
+from wheelkiln.wheels.nvcc_names import Section, elf_sections, same_modulo_names
 
 pytestmark = [pytest.mark.compile, pytest.mark.cuda]
 

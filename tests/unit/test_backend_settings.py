@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.backend import backend_settings, frontend_arguments
+from wheelkiln.builder.backend import backend_settings, frontend_arguments
 from wheelkiln.errors import RecipeError
 
 BUILD = Path("/w/job/build")

@@ -18,15 +18,15 @@ from wheelkiln.bench.scenarios import (
     expand_scenarios,
     run_bench,
 )
-from wheelkiln.build.cell import DEFAULT_SOURCE_DATE_EPOCH, BuildOptions, BuildOutcome
-from wheelkiln.build.environment import BuildEnvironment
-from wheelkiln.build.record import build_record
-from wheelkiln.build.wheel import inspect_wheel
+from wheelkiln.builder.cell import DEFAULT_SOURCE_DATE_EPOCH, BuildOptions, BuildOutcome
+from wheelkiln.builder.environment import BuildEnvironment
+from wheelkiln.builder.record import build_record
 from wheelkiln.builder_lock import BuilderLock
 from wheelkiln.cache.backend import CacheStats, TUOutcome
 from wheelkiln.cells import Cell
 from wheelkiln.errors import KilnError, UsageError
 from wheelkiln.recipe.load import LoadedRecipe, load_recipe
+from wheelkiln.wheels.facts import inspect_wheel
 
 TUS = ("csrc/a.cpp", "csrc/b.cpp", "csrc/c.cpp")
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.job_env import (
+from wheelkiln.builder.job_env import (
     expand_recipe_env,
     inherited_environment,
     jobs_environment,
     resolve_jobs,
 )
-from wheelkiln.build.wheel_cache import _cell_digest
+from wheelkiln.builder.wheel_cache import _cell_digest
 from wheelkiln.cache.launch import (
     NvccEnvironmentError,
     compile_command,
@@ -70,8 +70,8 @@ def test_quoted_nvcc_flags_in_a_recipe_are_refused(tmp_path: Path) -> None:
 
 def test_the_input_digest_records_the_filled_in_values(tmp_path: Path) -> None:
     """Two build environments, same recipe: a placeholder makes the inputs differ."""
-    from wheelkiln.build.cell import BuildOptions
-    from wheelkiln.build.environment import BuildEnvironment
+    from wheelkiln.builder.cell import BuildOptions
+    from wheelkiln.builder.environment import BuildEnvironment
     from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
     from wheelkiln.recipe.load import LoadedRecipe, parse_recipe
 

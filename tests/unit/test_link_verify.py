@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.verify import check_contents, requires_dist
-from wheelkiln.build.wheel import inspect_wheel
+from wheelkiln.builder.wheel_checks import check_contents, requires_dist
 from wheelkiln.errors import BuildError
 from wheelkiln.executors.local import process_status
 from wheelkiln.recipe.model import Verify
 from wheelkiln.run import exit_description, signal_name
 from wheelkiln.shard.link import stopping_compile
+from wheelkiln.wheels.facts import inspect_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = "/tmp/kh/envs/7349ce83b28948a7"
@@ -215,7 +215,7 @@ def test_verify_requires_is_a_checked_list_of_requirements(
 
 
 def test_a_torch_cell_smoke_tests_against_its_own_torch() -> None:
-    from wheelkiln.build.verify import cell_requirements
+    from wheelkiln.builder.wheel_checks import cell_requirements
     from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
 
     assert cell_requirements(Cell("pkg", "3.11", "13.0", "2.14.1", "linux-x86_64")) == ["torch==2.14.1"]
@@ -223,7 +223,7 @@ def test_a_torch_cell_smoke_tests_against_its_own_torch() -> None:
 
 
 def test_smoke_with_nothing_to_run_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from wheelkiln.build.verify import smoke_test
+    from wheelkiln.builder.wheel_checks import smoke_test
     from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
     from wheelkiln.recipe.load import load_recipe
 

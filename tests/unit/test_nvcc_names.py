@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wheelkiln.build.nvcc_names import blank_names, blank_symbol
+from wheelkiln.wheels.nvcc_names import blank_names, blank_symbol
 
 
 @pytest.mark.parametrize(

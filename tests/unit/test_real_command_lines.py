@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.compare import compare_wheels
 from wheelkiln.shard.gate import scratch_probe_failures, shard_gate
 from wheelkiln.shard.wrapper import SeatConfig, decide
+from wheelkiln.wheels.compare import compare_wheels
 
 PYCRYPTODOME_TREE = "/w/pycryptodome-py3.11-linux-x86_64-shard-1-of-3/src"
 
@@ -268,7 +268,7 @@ def test_fetch_pypi_downloads_once_for_parallel_shards(
     source on its first build: one download, one extraction, one tree."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from wheelkiln.build.source import _fetch_pypi
+    from wheelkiln.builder.source import _fetch_pypi
 
     digest = _sha256(tmp_path / "pypi" / "awkward_cpp-57.tar.gz")
     store = tmp_path / "sources"
@@ -289,7 +289,7 @@ def test_fetch_pypi_downloads_once_for_parallel_shards(
 
 
 def test_fetch_pypi_refuses_a_changed_upload(tmp_path: Path, fake_pip: list[str]) -> None:
-    from wheelkiln.build.source import _fetch_pypi
+    from wheelkiln.builder.source import _fetch_pypi
     from wheelkiln.errors import SourceError
 
     store = tmp_path / "sources"
@@ -304,7 +304,7 @@ def test_verify_blanks_nvcc_path_hashes_in_internal_symbols(tmp_path: Path) -> N
     source's absolute path, so the modules differ in those bytes only."""
     import zipfile
 
-    from wheelkiln.build.compare import compare_wheels
+    from wheelkiln.wheels.compare import compare_wheels
 
     def wheel(path: Path, tag: bytes) -> Path:
         with zipfile.ZipFile(path, "w") as archive:

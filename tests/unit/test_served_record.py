@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from wheelkiln import cli
-from wheelkiln.build.record import served_record
-from wheelkiln.build.wheel_cache import WheelCache
+from wheelkiln.builder.record import served_record
+from wheelkiln.builder.wheel_cache import WheelCache
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "ab" * 32
@@ -58,7 +58,7 @@ def test_kiln_build_served_from_the_wheel_cache_prints_its_own_record(
     stored = WheelCache().store(DIGEST, wheel, EARLIER)
     # Planning the real digest needs a build environment made by an earlier build; the
     # lookup, the copy and the record are what is under test.
-    from wheelkiln.build import wheel_cache
+    from wheelkiln.builder import wheel_cache
 
     monkeypatch.setattr(wheel_cache, "plan_input_digest", lambda *args: DIGEST)
     out = tmp_path / "dist"

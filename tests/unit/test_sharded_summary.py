@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from wheelkiln.build.record import recall_cold, remember
+from wheelkiln.builder.record import recall_cold, remember
 from wheelkiln.cache.backend import TUOutcome
 from wheelkiln.cells import Cell
 from wheelkiln.executors.local import (

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.source import copy_tree, fetch_source, source_digest
+from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
 from wheelkiln.errors import RecipeError
 from wheelkiln.recipe.load import load_recipe
 

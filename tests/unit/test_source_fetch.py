@@ -7,7 +7,7 @@ import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from wheelkiln.build.source import fetch_source
+from wheelkiln.builder.source import fetch_source
 from wheelkiln.recipe.load import load_recipe
 
 

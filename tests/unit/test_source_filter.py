@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.source import copy_tree
+from wheelkiln.builder.source import copy_tree
 from wheelkiln.errors import SourceError
 from wheelkiln.shard.partition import shard_of
 from wheelkiln.shard.source_filter import (

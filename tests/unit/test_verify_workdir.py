@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.build.verify import check_no_work_directory
+from wheelkiln.builder.wheel_checks import check_no_work_directory
 from wheelkiln.errors import BuildError
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from wheelkiln.build.source import sha256_file
-from wheelkiln.build.wheel_cache import WheelCache, build_affecting_env, input_digest
+from wheelkiln.builder.wheel_cache import WheelCache, build_affecting_env, input_digest
+from wheelkiln.digest import sha256_file
 
 BASE: dict[str, Any] = {
     "source_digest": "a" * 64,

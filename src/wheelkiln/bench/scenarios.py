@@ -46,7 +46,7 @@ from typing import Any, Literal
 
 from wheelkiln import run, ui
 from wheelkiln.bench import store
-from wheelkiln.build.cell import DEFAULT_SOURCE_DATE_EPOCH, BuildOptions, BuildOutcome
+from wheelkiln.builder.cell import DEFAULT_SOURCE_DATE_EPOCH, BuildOptions, BuildOutcome
 from wheelkiln.builder_lock import BuilderLock
 from wheelkiln.cells import Cell
 from wheelkiln.errors import GateError, KilnError, UsageError
@@ -126,13 +126,13 @@ ShardedFn = Callable[..., dict[str, Any]]
 
 
 def _default_build(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> BuildOutcome:
-    from wheelkiln.build.cell import build_cell
+    from wheelkiln.builder.cell import build_cell
 
     return build_cell(loaded, cell, options)
 
 
 def _default_record(outcome: BuildOutcome) -> dict[str, Any]:
-    from wheelkiln.build.record import build_record
+    from wheelkiln.builder.record import build_record
 
     return build_record(outcome, kind="bench")
 
@@ -150,7 +150,7 @@ def _default_sharded() -> ShardedFn:
 
 
 def _default_plan_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> str | None:
-    from wheelkiln.build.wheel_cache import plan_input_digest
+    from wheelkiln.builder.wheel_cache import plan_input_digest
 
     return plan_input_digest(loaded, cell, options)
 
@@ -158,7 +158,7 @@ def _default_plan_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions
 def _default_outcome_digest(
     loaded: LoadedRecipe, outcome: BuildOutcome, options: BuildOptions
 ) -> str:
-    from wheelkiln.build.wheel_cache import outcome_input_digest
+    from wheelkiln.builder.wheel_cache import outcome_input_digest
 
     return outcome_input_digest(loaded, outcome, options)
 
@@ -166,7 +166,7 @@ def _default_outcome_digest(
 def _pip_cache_dir(cell: Cell) -> tuple[Path | None, str | None]:
     """pip's cache directory as the build's interpreter sees it; (None, None) when pip
     caching is disabled, (None, problem) when it cannot be found out."""
-    from wheelkiln.build.environment import interpreter_for
+    from wheelkiln.builder.environment import interpreter_for
 
     candidates = []
     with contextlib.suppress(KilnError):
@@ -486,7 +486,7 @@ class _Bench:
         """Put a full build's wheel into the wheel cache (for the wheel-cache hot run)."""
         if not self.settings.wheel_cache or self.stored_wheel or outcome.wheel is None:
             return
-        from wheelkiln.build.wheel_cache import WheelCache
+        from wheelkiln.builder.wheel_cache import WheelCache
 
         cache = WheelCache(self.hooks.wheel_cache_root)
         digest = self.hooks.outcome_digest(self.loaded, outcome, options)
@@ -497,7 +497,7 @@ class _Bench:
     def run_wheel_cache_hot(self, repeat: int) -> dict[str, Any]:
         """Hot, served whole from the wheel cache: plan the input digest, look it up, copy
         the wheel out. What ``kiln build`` costs when nothing changed."""
-        from wheelkiln.build.wheel_cache import WheelCache
+        from wheelkiln.builder.wheel_cache import WheelCache
 
         epoch = DEFAULT_SOURCE_DATE_EPOCH
         options = self.options("hot", "-", recache=False, epoch=epoch)
@@ -518,7 +518,7 @@ class _Bench:
         else:
             # The same record `kiln build` prints when it serves the wheel: this run's
             # figures, the earlier build's record under served_from.
-            from wheelkiln.build.record import served_record
+            from wheelkiln.builder.record import served_record
 
             build = served_record(
                 hit.record, wheel_path=out_dir / hit.wheel.name, input_digest=hit.digest,

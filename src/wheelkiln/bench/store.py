@@ -61,7 +61,7 @@ def bench_record(
     problems: Iterable[str] = (),
     builder: str | None = None,
 ) -> dict[str, Any]:
-    """A build record (:func:`wheelkiln.build.record.build_record`) plus the bench fields.
+    """A build record (:func:`wheelkiln.builder.record.build_record`) plus the bench fields.
 
     ``wall_seconds``/``cpu_seconds`` stay the build command's own; ``step_wall_seconds``
     and ``user_seconds``/``sys_seconds`` cover the whole step as the harness timed it

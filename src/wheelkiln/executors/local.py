@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 from rich.table import Table
 
 from wheelkiln import run, ui
-from wheelkiln.build.cell import BuildOptions
-from wheelkiln.build.verify import describe_verify
+from wheelkiln.builder.cell import BuildOptions
+from wheelkiln.builder.wheel_checks import describe_verify
 from wheelkiln.cells import Cell, shard_label, shard_record
 from wheelkiln.errors import GateError, KilnError
 from wheelkiln.paths import resolve_workdir
@@ -68,8 +68,8 @@ def _shard_command(
 
 def _cold_reference(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> float | None:
     """The unsharded cold wall time of this cell's inputs, when a build remembered one."""
-    from wheelkiln.build.record import recall_cold
-    from wheelkiln.build.wheel_cache import plan_input_digest
+    from wheelkiln.builder.record import recall_cold
+    from wheelkiln.builder.wheel_cache import plan_input_digest
 
     try:
         digest = plan_input_digest(loaded, cell, options)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln import run
-from wheelkiln.build.cell import (
+from wheelkiln.builder.cell import (
     BuildOptions,
     BuildOutcome,
     build_cell,
@@ -21,7 +21,7 @@ from wheelkiln.build.cell import (
     make_cache,
     tool_versions,
 )
-from wheelkiln.build.record import build_record
+from wheelkiln.builder.record import build_record
 from wheelkiln.cache.archive import pack
 from wheelkiln.cache.backend import TUOutcome
 from wheelkiln.cache.manifest import MANIFEST_SCHEMA

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln import run
-from wheelkiln.build.cell import BuildOptions, BuildOutcome, build_cell, job_directory
-from wheelkiln.build.record import build_record, publish
-from wheelkiln.build.verify import verify_wheel
+from wheelkiln.builder.cell import BuildOptions, BuildOutcome, build_cell, job_directory
+from wheelkiln.builder.record import build_record, publish
+from wheelkiln.builder.wheel_checks import verify_wheel
 from wheelkiln.cache.archive import (
     EXTRA_PREFIX,
     MANIFEST,

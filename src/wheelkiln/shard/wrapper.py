@@ -18,7 +18,7 @@ Per call it decides, in this order:
    pybind11's ``has_flag``; compiles from stdin or to ``/dev/null``) always run for
    real: a stubbed probe would silently change the build's configuration. They run
    past the cache, as the link job's compiler fronts run them
-   (:func:`wheelkiln.build.toolchain.probe_bypass_line`): their keys are random.
+   (:func:`wheelkiln.builder.toolchain.probe_bypass_line`): their keys are random.
 3. A one-source compile (a **TU**): with ``KILN_SHARD_COUNT`` unset it is a
    **passthrough** (the source partition); in slice it is a **compile** through the
    cache; out of slice it is a **stub**: a copy of ``KILN_STUB_OBJECT`` plus an empty

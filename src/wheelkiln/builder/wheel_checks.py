@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln import run, ui
-from wheelkiln.build.cell import BuildOutcome
-from wheelkiln.build.environment import environment_key, interpreter_for
-from wheelkiln.build.wheel import EMPTY_SHA256, WheelFacts, check_wheel
+from wheelkiln.builder.cell import BuildOutcome
+from wheelkiln.builder.environment import environment_key, interpreter_for
 from wheelkiln.cells import NO_TORCH, Cell
 from wheelkiln.errors import BuildError
 from wheelkiln.paths import smoke_envs_dir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.recipe.model import Verify
+from wheelkiln.wheels.facts import EMPTY_SHA256, WheelFacts, check_wheel
 
 OBJECT_MAGIC = (
     b"\x7fELF",  # Linux

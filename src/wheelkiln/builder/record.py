@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from wheelkiln.build.cell import BuildOutcome
+from wheelkiln.builder.cell import BuildOutcome
 
 RECORD_SCHEMA = 1
 

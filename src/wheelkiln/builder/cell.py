@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelkiln import run, ui
-from wheelkiln.build.backend import backend_settings, frontend_arguments
-from wheelkiln.build.environment import BuildEnvironment, ensure_environment, read_build_system
-from wheelkiln.build.job_env import (
+from wheelkiln.builder.backend import backend_settings, frontend_arguments
+from wheelkiln.builder.environment import BuildEnvironment, ensure_environment, read_build_system
+from wheelkiln.builder.job_env import (
     check_nvcc_flags,
     check_recipe_env,
     expand_recipe_env,
@@ -22,14 +22,14 @@ from wheelkiln.build.job_env import (
     jobs_environment,
     resolve_jobs,
 )
-from wheelkiln.build.source import copy_tree, fetch_source, source_digest
-from wheelkiln.build.toolchain import Launch, find_nvcc, toolchain_environment
-from wheelkiln.build.wheel import WheelFacts, inspect_wheel
+from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
+from wheelkiln.builder.toolchain import Launch, find_nvcc, toolchain_environment
 from wheelkiln.cache.backend import CacheBackend, CacheConfig, CacheStats, TUOutcome
 from wheelkiln.cache.registry import make_backend
 from wheelkiln.cells import Cell
 from wheelkiln.paths import default_cache_dir, envs_dir, resolve_workdir, sources_dir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.wheels.facts import WheelFacts, inspect_wheel
 
 DEFAULT_SOURCE_DATE_EPOCH = 1700000000
 

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from wheelkiln import run
+from wheelkiln.digest import sha256_file
 from wheelkiln.errors import RecipeError, SourceError
 from wheelkiln.globs import glob_matches, glob_segments
 from wheelkiln.recipe.load import LoadedRecipe, path_kind, resolve_inside
@@ -37,14 +38,6 @@ def is_ignored(relative: tuple[str, ...], exclude: Sequence[str] = BUILD_OUTPUTS
     if any(fnmatch.fnmatchcase(part, p) for part in relative for p in IGNORED_ANYWHERE):
         return True
     return any(glob_matches(glob_segments(pattern), relative) for pattern in exclude)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _extract(archive: Path, into: Path) -> Path:

@@ -8,7 +8,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelkiln.build.source import sha256_file
+from wheelkiln.digest import sha256_file
 from wheelkiln.errors import BuildError
 from wheelkiln.recipe.model import Verify
 

@@ -12,7 +12,7 @@ backend through a build never goes into the recipe's ``config_settings``.
   database.
 * **The job count** reaches meson-python as ``compile-args=-jN``: it runs plain
   ``ninja``, which would use cores + 2 jobs (the other backends read the environment,
-  :func:`wheelkiln.build.job_env.jobs_environment`).
+  :func:`wheelkiln.builder.job_env.jobs_environment`).
 * **Keep-going** in shard jobs (ninja ``-k 0``: meson-python's ``compile-args``,
   scikit-build-core's ``build.tool-args`` through ``SKBUILD_BUILD_TOOL_ARGS``), so a
   link the seat wrapper does not recognise costs one target, not the rest of the slice.

@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from wheelkiln.build.source import sha256_file
+from wheelkiln.digest import sha256_file
 from wheelkiln.paths import wheel_cache_dir
 
 if TYPE_CHECKING:
-    from wheelkiln.build.cell import BuildOptions, BuildOutcome
-    from wheelkiln.build.environment import BuildEnvironment
+    from wheelkiln.builder.cell import BuildOptions, BuildOutcome
+    from wheelkiln.builder.environment import BuildEnvironment
     from wheelkiln.cells import Cell
     from wheelkiln.recipe.load import LoadedRecipe
 
@@ -119,7 +119,7 @@ def _cell_digest(
     environment: BuildEnvironment,
     versions: Mapping[str, str],
 ) -> str:
-    from wheelkiln.build.job_env import expand_recipe_env
+    from wheelkiln.builder.job_env import expand_recipe_env
 
     recipe = loaded.recipe
     # The recipe's env as the build sees it: {build_env} and {site_packages} filled in.
@@ -151,14 +151,14 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
     source, the user's checkout), so the caller builds, and stores the wheel under
     :func:`outcome_input_digest` afterwards.
     """
-    from wheelkiln.build.cell import make_cache, tool_versions
-    from wheelkiln.build.environment import (
+    from wheelkiln.builder.cell import make_cache, tool_versions
+    from wheelkiln.builder.environment import (
         BuildEnvironment,
         environment_key,
         interpreter_for,
         read_build_system,
     )
-    from wheelkiln.build.source import fetch_source, source_digest
+    from wheelkiln.builder.source import fetch_source, source_digest
     from wheelkiln.paths import envs_dir, resolve_workdir, sources_dir
 
     if options.prepare_tree is not None or options.seat_wrapper:

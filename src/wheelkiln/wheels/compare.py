@@ -10,7 +10,7 @@ note are removed form a second category.
 nvcc makes up names per compile (temp names, module ids that hash the source's absolute
 path) and writes them into symbols, the fatbin (compressed, for PTX) and ``.rodata``; in a
 shared object ld then orders the symbol hash table, PLT and GOT by those names, and the
-build id hashes it all. :mod:`wheelkiln.build.nvcc_names` blanks them; files equal once
+build id hashes it all. :mod:`wheelkiln.wheels.nvcc_names` blanks them; files equal once
 blanked (bytes, or for linked ELF files section by section, symbols and relocations as
 listings and code as disassembly) form their own category, not a failure; so do linked
 files whose later sections moved because a compressed fatbin entry has another size.
@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln import run
-from wheelkiln.build.nvcc_names import blank_symbol, normalize, same_modulo_names
-from wheelkiln.build.wheel import is_extension
 from wheelkiln.errors import UsageError
+from wheelkiln.wheels.facts import is_extension
+from wheelkiln.wheels.nvcc_names import blank_symbol, normalize, same_modulo_names
 
 DERIVED = re.compile(r"\.dist-info/RECORD$")
 BUILD_ID_SECTION = ".note.gnu.build-id"
