@@ -247,7 +247,7 @@ def build(
     )
     with builder_lock(lock_timeout):
         if shards is not None:
-            from wheelkiln.executors.local import run_sharded
+            from wheelkiln.executors.sharded import run_sharded
 
             run_sharded(
                 loaded,

@@ -149,7 +149,7 @@ def test_summary_line_names_the_module_no_shard_compiled() -> None:
 
 
 def test_sharded_summary_has_the_ledger_line_when_the_link_kept_one() -> None:
-    from wheelkiln.executors.local import summary_lines
+    from wheelkiln.executors.sharded import summary_lines
 
     ledger = compile_ledger([MODULE], {index: shard_log(index, set()) for index in range(3)})
     report = {

@@ -14,7 +14,7 @@ import pytest
 
 from wheelkiln.builder.wheel_checks import check_contents, requires_dist
 from wheelkiln.errors import BuildError
-from wheelkiln.executors.local import process_status
+from wheelkiln.executors.base import process_status
 from wheelkiln.recipe.model import Verify
 from wheelkiln.run import exit_description, signal_name
 from wheelkiln.shard.link import stopping_compile

@@ -16,12 +16,8 @@ from rich.console import Console
 from wheelkiln.builder.record import recall_cold, remember
 from wheelkiln.cache.backend import TUOutcome
 from wheelkiln.cells import Cell
-from wheelkiln.executors.local import (
-    _shard_table,
-    schedule_shards,
-    shard_jobs,
-    summary_lines,
-)
+from wheelkiln.executors.local import schedule_shards, shard_jobs
+from wheelkiln.executors.sharded import _shard_table, summary_lines
 from wheelkiln.shard.job import describe_stores, store_counts
 from wheelkiln.shard.wrapper_log import WrapperRecord
 

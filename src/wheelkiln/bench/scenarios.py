@@ -139,10 +139,10 @@ def _default_record(outcome: BuildOutcome) -> dict[str, Any]:
 
 def _default_sharded() -> ShardedFn:
     try:
-        from wheelkiln.executors.local import run_sharded
+        from wheelkiln.executors.sharded import run_sharded
     except ImportError:
         raise UsageError(
-            "--shards needs the local executor (wheelkiln.executors.local.run_sharded), "
+            "--shards needs the local executor (wheelkiln.executors.sharded.run_sharded), "
             "which this installation does not have.",
             hint="Bench the unsharded build (leave out --shards).",
         ) from None

@@ -141,7 +141,7 @@ def ci_github(recipes: tuple[str, ...], out_path: Path, requirement: str | None)
     wheel), and build for cells that are not sharded. Dispatch it with the 'lane' and
     'filters' inputs to run part of the matrix.
     """
-    from wheelkiln.matrix.github import render_workflow
+    from wheelkiln.matrix.emitters import make_emitter
     from wheelkiln.matrix.render import write_workflow
     from wheelkiln.output_paths import check_output_file
 
@@ -152,7 +152,7 @@ def ci_github(recipes: tuple[str, ...], out_path: Path, requirement: str | None)
     # Named recipes go into the workflow as paths relative to the repository root;
     # none named: the workflow's kiln matrix takes recipes/*.toml as it finds them then.
     embedded = [Path(os.path.relpath(r.path, cwd)).as_posix() for r in loaded] if recipes else []
-    write_workflow(render_workflow(embedded, requirement), out_path)
+    write_workflow(make_emitter("github").render(embedded, requirement), out_path)
     counts = plan.counts()
     ui.info(
         f"Wrote {out_path}: {len(loaded)} recipes, "

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from wheelkiln import __version__
@@ -330,3 +331,14 @@ def render_workflow(recipes: Sequence[str] = (), requirement: str | None = None)
         "# Edit the recipes and regenerate rather than editing this file.\n"
     )
     return header + body
+
+
+@dataclass(frozen=True)
+class GitHubEmitter:
+    """The GitHub Actions emitter (registered in :mod:`wheelkiln.matrix.emitters`)."""
+
+    name: str = "github"
+    default_path: str = WORKFLOW_PATH
+
+    def render(self, recipes: Sequence[str] = (), requirement: str | None = None) -> str:
+        return render_workflow(recipes, requirement)

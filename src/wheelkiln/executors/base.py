@@ -1,0 +1,118 @@
+"""What an executor is: the Protocol every engine implements, and the typed values that
+go in (a :class:`ShardedJob`) and come out (a :class:`ShardedRun`).
+
+An executor runs the N shard jobs of one cell and then its link job, wherever it runs
+them (local processes, a Dask cluster). It decides placement and parallelism; the work
+of each job is :func:`wheelkiln.shard.job.run_shard` and
+:func:`wheelkiln.shard.link.run_link`, and what the run means (the table, the gate
+verdict, the report) is decided once for every engine, in
+:mod:`wheelkiln.executors.sharded`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from wheelkiln import run
+from wheelkiln.builder.cell import BuildOptions
+from wheelkiln.cells import Cell
+from wheelkiln.errors import KilnError
+from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.shard.link import LinkResult
+
+
+@dataclass(frozen=True)
+class ShardedJob:
+    """One cell to build sharded: N shard jobs, then the link job."""
+
+    loaded: LoadedRecipe
+    cell: Cell
+    options: BuildOptions
+    """The build's options; each shard job gets a private cache directory of its own."""
+    count: int
+    """N, the number of shard jobs."""
+    out_dir: Path
+    """Where the link job's wheel and record go."""
+    shards_dir: Path
+    """Where the shard jobs' archives and records go, and the link job finds them."""
+    mechanism: str | None = None
+    """The partition mechanism (seat or source); None: the recipe's."""
+    smoke: bool = False
+    """Run the recipe's smoke test on the linked wheel."""
+    parallel: int | None = None
+    """Most shard jobs running at once; None: the engine decides."""
+
+
+@dataclass(frozen=True)
+class ShardRun:
+    """How one shard job ended, as the executor saw it."""
+
+    index: int
+    count: int
+    exit_code: int
+    """0 passed; positive: the job failed (its gate, or an error); negative: killed by
+    that signal (-9: SIGKILL)."""
+    wall_seconds: float
+    """The whole job, not only the build inside it."""
+    jobs: int
+    """Parallel compile jobs the shard was given."""
+    record: dict[str, Any] | None
+    """The shard's build record (``kind: shard``); None when the job ended without one."""
+    problem: str | None = None
+    """Why the shard did not pass, in words; None when it passed."""
+
+    @property
+    def status(self) -> str:
+        """``passed``, ``killed by SIGKILL``, ``exit 5``."""
+        return process_status(self.exit_code)
+
+    @property
+    def signal(self) -> str | None:
+        return run.signal_name(self.exit_code)
+
+
+@dataclass(frozen=True)
+class ShardedRun:
+    """What an executor hands back: every shard job, then the link job's result or the
+    error that ended it (a failed full build, a wheel that fails its checks)."""
+
+    job: ShardedJob
+    shards: tuple[ShardRun, ...]
+    """In index order, one per shard job."""
+    link: LinkResult | None
+    link_error: KilnError | None
+    parallel: int
+    """Shard jobs that ran at once."""
+    cpus: int
+    """Cores of the machine the shard jobs shared (for the summary's honest label)."""
+    shards_wall_seconds: float
+    wall_seconds: float
+
+
+class Executor(Protocol):
+    """An engine that runs one sharded cell: its N shard jobs, then its link job.
+
+    ``run`` returns normally when every job ran, whatever their verdicts: a shard that
+    failed or was killed is a :class:`ShardRun` with a non-zero ``exit_code``, and a
+    link job that failed outright is ``link_error``. It raises only when the jobs could
+    not be run at all (bad arguments, an engine that cannot be reached).
+    """
+
+    @property
+    def name(self) -> str:
+        """The name the registry knows the engine by."""
+        ...
+
+    def run(self, job: ShardedJob) -> ShardedRun: ...
+
+
+ExecutorSettings = Mapping[str, str]
+"""Engine-specific settings by name (e.g. a scheduler address); the local executor takes none."""
+
+
+def process_status(returncode: int) -> str:
+    """How a shard process ended, in words: ``passed``, ``killed by SIGKILL``, ``exit 5``."""
+    return "passed" if returncode == 0 else run.exit_description(returncode)
