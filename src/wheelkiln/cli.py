@@ -829,12 +829,13 @@ def verify(wheel_a: Path, wheel_b: Path, as_json: bool) -> None:
 def _register() -> None:
     from wheelkiln.bench.commands import bench_group
     from wheelkiln.matrix.commands import ci_group, matrix_command
-    from wheelkiln.plan.commands import lint_command
+    from wheelkiln.plan.commands import lint_command, plan_command
 
     cli.add_command(bench_group)
     cli.add_command(matrix_command)
     cli.add_command(ci_group)
     cli.add_command(lint_command)
+    cli.add_command(plan_command)
 
 
 _register()

@@ -7,6 +7,7 @@ Parsing, calling and printing only: the work is in :mod:`wheelkiln.plan.lint`,
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import click
@@ -57,3 +58,155 @@ def lint_command(recipe_ref: str, as_json: bool) -> None:
             "files; apply the fix it names.",
         )
     ui.info(f"{summary}.")
+
+
+@click.command("plan", context_settings=CONTEXT)
+@click.argument("recipe_ref", metavar="RECIPE")
+@click.option("--cell", "cell_selector", default=None, help="Cell id or 'axis=value,...'.")
+@click.option(
+    "--count",
+    "counts",
+    type=click.IntRange(1, 256),
+    multiple=True,
+    help="An N to plan for (repeat it); default 1 to 16 and the recipe's count.",
+)
+@click.option(
+    "--from",
+    "history",
+    type=click.Path(path_type=Path, exists=True),
+    multiple=True,
+    help="An earlier build's shard archives, shard or build job directories, or wrapper "
+    "logs: TU costs measured there (repeat it).",
+)
+@click.option(
+    "--static",
+    is_flag=True,
+    help="No census pass: take the TUs from a scan of the source tree (no build, no "
+    "fixed cost; generated sources are missed).",
+)
+@click.option(
+    "-j",
+    "--jobs",
+    type=click.IntRange(1, 1024),
+    default=None,
+    help="Parallel compiles in each job (default: as a build resolves it).",
+)
+@click.option(
+    "--workdir", type=click.Path(path_type=Path), default=None, help="Where the census pass builds."
+)
+@click.option(
+    "--out",
+    "map_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the census plan's partition map for the recommended N (or --map-count).",
+)
+@click.option("--map-count", type=click.IntRange(1, 256), default=None, help="N for --out.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan_command(
+    recipe_ref: str,
+    cell_selector: str | None,
+    counts: tuple[int, ...],
+    history: tuple[Path, ...],
+    static: bool,
+    jobs: int | None,
+    workdir: Path | None,
+    map_path: Path | None,
+    map_count: int | None,
+    as_json: bool,
+) -> None:
+    """Choose N for RECIPE: a TU census, the family table, the ceiling, the predicted
+    critical path and job count per N, and a recommended N. Runs kiln lint too.
+
+    TU costs come from --from (an earlier build), else from a cost model over a census
+    pass (one build with every TU stubbed, which also measures the fixed cost of a job),
+    or with --static over a scan of the source tree.
+    """
+    from wheelkiln.plan.run import plan_recipe, write_map
+
+    if map_path is not None:
+        from wheelkiln.output_paths import check_output_file
+
+        check_output_file(map_path, "--out")
+    loaded, plan, lint = plan_recipe(
+        recipe_ref,
+        cell_selector=cell_selector,
+        counts=counts,
+        history=history,
+        static=static,
+        jobs=jobs,
+        workdir=workdir,
+    )
+    written = None
+    if map_path is not None:
+        written = write_map(plan, map_count or plan.recommended, map_path)
+    if as_json:
+        from wheelkiln.plan.run import plan_json
+
+        _emit_json(plan_json(plan, lint, written))
+    _print_plan(loaded.name, plan, lint)
+    if written is not None:
+        ui.info(
+            escape(
+                f"Partition map for N={written[1]} written to {written[0]}; set "
+                "sharding.partition_map to it (relative to the recipe)."
+            )
+        )
+
+
+def _print_plan(name: str, plan: Any, lint: Any) -> None:
+    from rich.table import Table
+
+    census = plan.census
+    measured = sum(1 for tu in census.tus if tu.measured)
+    fixed = (
+        f"{census.fixed_seconds:.1f} s ({census.fixed_how})"
+        if census.fixed_seconds is not None
+        else census.fixed_how
+    )
+    ui.info(
+        escape(
+            f"kiln plan {name}: {len(census.tus)} TUs by {census.how} "
+            f"({measured} timed, {len(census.tus) - measured} estimated); "
+            f"fixed cost of one job {fixed}; {plan.jobs} parallel compiles per job"
+        )
+    )
+    for note in census.notes:
+        ui.info(escape(f"  note: {note}"))
+    family_names = [cell.family for cell in plan.candidates[0].families]
+    table = Table(title=f"kiln plan: {name}", title_justify="left")
+    table.add_column("N", justify="right")
+    for family in family_names:
+        table.add_column(f"{family} empty/most", justify="right")
+    for column in ("most TUs", "critical path (s)", "with hash (s)", "shard jobs"):
+        table.add_column(column, justify="right")
+    for candidate in plan.candidates:
+        cells = {cell.family: cell for cell in candidate.families}
+        path = candidate.critical_path
+        path_hash = candidate.critical_path_hash
+        table.add_row(
+            ("* " if candidate.count == plan.recommended else "") + str(candidate.count),
+            *(
+                f"{cells[f].zero_shards} of {candidate.count} / {cells[f].most_files}"
+                for f in family_names
+            ),
+            str(candidate.most_files),
+            f"{path:.1f}" if path is not None else f"≥{candidate.compile_only:.1f}",
+            f"{path_hash:.1f}"
+            if path_hash is not None
+            else f"≥{candidate.slowest_compile_hash:.1f}",
+            f"{candidate.shard_jobs}" + ("" if candidate.fits_cap else " (over the cap)"),
+        )
+    ui.console.print(table)
+    if plan.ceiling is not None:
+        ui.info(
+            escape(
+                f"ceiling: N={plan.ceiling.count}; past it the {plan.ceiling.family} family "
+                f"({plan.ceiling.files} TUs) stops sharding: some shard holds none of it"
+            )
+        )
+    ui.info(escape(f"recommended: N={plan.recommended}: {plan.reason}"))
+    for finding in lint.findings:
+        ui.info(escape(f"lint: {finding.render()}"))
+    if lint.files:
+        ui.info(f"lint: {len(lint.findings)} finding(s) in {len(lint.files)} CMake file(s)")

@@ -1,0 +1,148 @@
+"""kiln plan: the family table, the ceiling, the critical path, the cap, the census plan."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from tests.conftest import EXAMPLES, RECIPES, Kiln
+from wheelkiln.plan.census import (
+    Census,
+    CensusTU,
+    History,
+    census_from_history,
+    census_from_scan,
+)
+from wheelkiln.plan.planner import (
+    Ceiling,
+    census_plan,
+    family_table,
+    hash_plan,
+    imbalance,
+    make_plan,
+    shard_loads,
+)
+from wheelkiln.recipe.load import load_recipe
+
+DEMO = load_recipe(RECIPES / "demo-kernels.toml").recipe
+
+
+def demo_census(fixed: float | None = None) -> Census:
+    """demo-kernels' TUs from its source tree alone: no build, no compile."""
+    census = census_from_scan(EXAMPLES / "demo-kernels", DEMO.families, archs=1)
+    return replace(census, fixed_seconds=fixed)
+
+
+def table(plan_families: object) -> dict[str, tuple[int, int]]:
+    return {cell.family: (cell.zero_shards, cell.most_files) for cell in plan_families}  # type: ignore[attr-defined]
+
+
+def test_demo_kernels_family_table_and_ceiling_are_exact() -> None:
+    census = demo_census()
+    assert len(census.tus) == 26
+    assert sorted({tu.family or "-" for tu in census.tus}) == ["-", "sm80", "sm89", "sm90"]
+    plan = make_plan(census, [1, 2, 3, 4, 5, 8], jobs=2, sharded_cells=1, whole_cells=0)
+    # (shards holding none of the family, the most files of it in one shard)
+    assert {c.count: table(c.families) for c in plan.candidates} == {
+        1: {"sm80": (0, 12), "sm89": (0, 8), "sm90": (0, 4)},
+        2: {"sm80": (0, 6), "sm89": (0, 4), "sm90": (0, 2)},
+        3: {"sm80": (0, 4), "sm89": (0, 3), "sm90": (0, 2)},
+        4: {"sm80": (0, 3), "sm89": (0, 2), "sm90": (0, 1)},
+        5: {"sm80": (0, 3), "sm89": (0, 2), "sm90": (1, 1)},
+        8: {"sm80": (0, 2), "sm89": (0, 1), "sm90": (4, 1)},
+    }
+    # The table implies it: N=4 is the last N at which every shard holds an sm90 file.
+    assert plan.ceiling == Ceiling("sm90", 4)
+    # The hash, for contrast, puts all four sm90 kernels into one of four shards.
+    families = {tu.key: tu.family for tu in census.tus}
+    hashed = family_table(families, hash_plan(list(families), 4), 4)
+    assert table(hashed)["sm90"] == (3, 4)
+
+
+def test_the_recommendation_respects_the_matrix_cap() -> None:
+    # 40 sharded cells: N=7 would need 280 compile-shard jobs in one matrix.
+    plan = make_plan(demo_census(fixed=5.0), range(1, 9), jobs=2, sharded_cells=40, whole_cells=3)
+    assert [c.count for c in plan.candidates if not c.fits_cap] == [7, 8]
+    assert plan.candidate(6).shard_jobs == 240 and plan.candidate(6).total_jobs == 283
+    assert plan.recommended <= 6
+    assert f"{plan.recommended * 40} shard jobs of the 256-job cap" in plan.reason
+    free = make_plan(demo_census(fixed=5.0), range(1, 9), jobs=2, sharded_cells=1, whole_cells=0)
+    assert free.recommended > plan.recommended  # the cap, not the costs, held it back
+
+
+def test_critical_path_is_two_fixed_costs_plus_the_slowest_shard() -> None:
+    tus = tuple(
+        CensusTU(key, None, seconds, measured=True)
+        for key, seconds in (("a.cu", 8.0), ("b.cu", 4.0), ("c.cu", 4.0), ("d.cu", 4.0))
+    )
+    census = Census(tus, "measured", 10.0, "test")
+    plan = make_plan(census, [1, 2], jobs=2, sharded_cells=1, whole_cells=0)
+    assert plan.candidate(1).critical_path == 10.0 + 20.0 / 2  # one job, no link job
+    assert plan.candidate(2).critical_path == 2 * 10.0 + 12.0 / 2  # shard {a, d} + link
+    assert plan.recommended == 1
+    assert plan.reason.startswith("the shortest predicted critical path, 20.0 s")
+    assert "sharding would not pay for its fixed cost" in plan.reason
+
+
+def skewed_package(root: Path) -> dict[str, float]:
+    """24 kernels, 4 of them heavy (larger sources, as generated heavy kernels are), and
+    the seconds each 'really' takes: the model's estimates are correlated, not equal."""
+    truth: dict[str, float] = {}
+    for index in range(24):
+        heavy = index % 6 == 5
+        path = root / "csrc/kernels" / f"k{index:02d}.cu"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("// kernel\n" + "x" * (24_000 if heavy else 1_500))
+        truth[f"csrc/kernels/k{index:02d}.cu"] = 61.0 if heavy else 2.9 + (index % 3) * 0.2
+    return truth
+
+
+def test_the_census_plan_beats_the_hash_on_a_skewed_package(tmp_path: Path) -> None:
+    truth = skewed_package(tmp_path)
+    census = census_from_scan(tmp_path, (), archs=1)  # no history: model estimates only
+    assert {tu.key for tu in census.tus} == set(truth)
+    estimates = census.costs()
+    planned = census_plan(estimates, dict.fromkeys(estimates), 4)
+    by_census = imbalance(shard_loads(truth, planned, 4))
+    by_hash = imbalance(shard_loads(truth, hash_plan(list(truth), 4), 4))
+    assert by_census <= 1.15 < by_hash
+    with_history = census_plan(truth, dict.fromkeys(truth), 4)
+    assert imbalance(shard_loads(truth, with_history, 4)) <= 1.05
+
+
+def test_history_timings_win_and_untimed_tus_are_scaled_to_them(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.cu").write_text("y" * 2048)
+    history = History(seconds={"a.cu": 12.0, "b.cu": 12.0}, seen={"a.cu", "b.cu", "c.cu"})
+    history.link_seconds.append(7.5)
+    census = census_from_history(history, (), tmp_path, default_archs=1)
+    by_key = {tu.key: tu for tu in census.tus}
+    assert (by_key["a.cu"].measured, by_key["c.cu"].measured) == (True, False)
+    assert by_key["c.cu"].seconds == 12.0  # same language and size as the timed ones
+    assert (census.fixed_seconds, census.notes) == (
+        7.5,
+        ("1 TU(s) never timed: estimated by the cost model",),
+    )
+
+
+def test_kiln_plan_static_json_on_demo_kernels(kiln: Kiln) -> None:
+    result = kiln(
+        "plan",
+        RECIPES / "demo-kernels.toml",
+        "--static",
+        "--count",
+        "2",
+        "--count",
+        "4",
+        "--count",
+        "6",
+        "--json",
+    )
+    data = json.loads(result.stdout)
+    assert [c["count"] for c in data["candidates"]] == [2, 4, 6]
+    assert data["ceiling"] == {"family": "sm90", "count": 4}
+    assert data["recommended"] == 4  # no fixed cost known: kept at the ceiling
+    assert data["census"]["how"] == "static scan" and len(data["census"]["tus"]) == 26
+    assert data["lint"]["findings"] == []
+    assert "recommended: N=4" in " ".join(result.stderr.split())
