@@ -30,12 +30,14 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import pickle
 import resource
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -43,7 +45,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from wheelkiln.errors import BuildError, ToolNotFoundError
 
@@ -495,6 +497,58 @@ def run_logged(
     return Completed(
         tuple(argv), proc.returncode, "".join(kept), wall, cpu, usage.ru_maxrss * 1024
     )
+
+
+# --- library calls in a process of their own ----------------------------------------------
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ChildCall(Generic[T]):
+    """A library function called in a process of its own (:func:`call_in_child`)."""
+
+    completed: Completed
+    """The process: its exit code (negative: killed by that signal), output and times."""
+    value: T | None
+    """What the function returned; None when it did not return."""
+    error: BaseException | None
+    """What the function raised, when it raised."""
+
+    @property
+    def returned(self) -> bool:
+        return self.completed.returncode == 0 and self.error is None
+
+
+def call_in_child(
+    label: Sequence[str], function: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
+) -> ChildCall[T]:
+    """Call ``function(*args, **kwargs)`` in a new Python process, and get its value.
+
+    The process is a command like any other (:func:`run`): a process group of its own
+    that the builder lock records and that ends with kiln, and the commands the function
+    runs stay in that group. So a job (a shard's whole build) can be killed or crash
+    without taking kiln or its sibling jobs with it, and kiln learns how it ended.
+    Arguments and the value travel pickled through a private temporary directory, so
+    they are the library's own typed values, never re-parsed from a command line.
+    ``label`` follows the call on the child's command line, for people reading ``ps``
+    (``shard --index 1 --count 4``); the child does not read it.
+    """
+    with tempfile.TemporaryDirectory(prefix="kiln-call-") as scratch:
+        request, answer = Path(scratch) / "call.pickle", Path(scratch) / "answer.pickle"
+        request.write_bytes(pickle.dumps((function, args, kwargs)))
+        argv = [sys.executable, "-m", "wheelkiln.worker", str(request), str(answer), *label]
+        done = run(argv, check=False)
+        value: Any = None
+        error: BaseException | None = None
+        if done.returncode >= 0 and answer.is_file():
+            returned, payload = pickle.loads(answer.read_bytes())
+            if returned:
+                value = payload
+            else:
+                error = payload
+    return ChildCall(done, value, error)
 
 
 # --- signals and exit -------------------------------------------------------------------

@@ -3,22 +3,20 @@ private copy of the tree with a private cache directory, then the link job."""
 
 from __future__ import annotations
 
-import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from wheelkiln import run, ui
-from wheelkiln.builder.cell import BuildOptions
-from wheelkiln.cells import shard_label, shard_record
-from wheelkiln.errors import KilnError, UsageError
+from wheelkiln.cells import shard_label
+from wheelkiln.errors import GateError, KilnError, UsageError
 from wheelkiln.executors.base import ExecutorSettings, ShardedJob, ShardedRun, ShardRun
 from wheelkiln.paths import resolve_workdir
+from wheelkiln.shard.job import ShardResult, run_shard
 from wheelkiln.shard.link import LinkResult, run_link
 
 T = TypeVar("T")
@@ -64,58 +62,47 @@ def schedule_shards(
             yield index, jobs, future.result()
 
 
-def _shard_command(job: ShardedJob, index: int, workdir: Path, jobs: int) -> list[str]:
-    options = job.options
-    argv = [
-        sys.executable,
-        "-m",
-        "wheelkiln",
-        "shard",
-        str(job.loaded.path),
-        "--cell",
-        job.cell.id,
-        "--index",
-        str(index),
-        "--count",
-        str(job.count),
-        "--out",
-        str(job.shards_dir),
-        "--workdir",
-        str(workdir),
-        "--jobs",
-        str(jobs),
-        "--cache",
-        options.cache,
-    ]
-    if options.namespace:
-        argv += ["--namespace", options.namespace]
-    if job.mechanism:
-        argv += ["--filter", job.mechanism]
-    return argv
-
-
-def _shard_run(job: ShardedJob, index: int, jobs: int, done: run.Completed) -> ShardRun:
-    record_path = job.shards_dir / shard_record(job.cell.id, index, job.count)
-    # A shard process that died wrote no record (an old one was removed before the run).
-    record: dict[str, Any] | None = (
-        json.loads(record_path.read_text())
-        if record_path.exists() and done.returncode >= 0
-        else None
+def _run_shard(job: ShardedJob, index: int, workdir: Path, jobs: int) -> run.ChildCall[ShardResult]:
+    """Shard *index* of *job* in a worker process of its own: its build, in its private
+    tree with its private cache directory, can fail or be killed alone."""
+    options = replace(job.options, cache_dir=None, workdir=workdir, jobs=jobs)
+    label = ["shard", "--cell", job.cell.id, "--index", str(index), "--count", str(job.count)]
+    return run.call_in_child(
+        label,
+        run_shard,
+        job.loaded,
+        job.cell,
+        index,
+        job.count,
+        job.shards_dir,
+        options,
+        mechanism=job.mechanism,
     )
-    problem = None
-    if done.returncode != 0:
-        problem = (
-            run.exit_description(done.returncode)
-            if done.returncode < 0
-            else "\n".join(done.output.strip().splitlines()[-6:])
-        )
+
+
+def _shard_run(
+    job: ShardedJob, index: int, jobs: int, called: run.ChildCall[ShardResult]
+) -> ShardRun:
+    done, result = called.completed, called.value
+    exit_code, problem = done.returncode, None
+    if result is not None and not result.gate.passed:
+        exit_code = GateError.exit_code
+        reasons = "; ".join(result.gate.reasons)
+        problem = f"failed its gate: {reasons} (build log: {result.outcome.log_path})"
+    elif isinstance(called.error, KilnError):
+        problem = called.error.render()
+    elif done.returncode != 0:
+        # Killed, or a crash whose traceback is in its output.
+        problem = run.exit_description(done.returncode)
+        if done.returncode > 0:
+            problem += ":\n" + "\n".join(done.output.strip().splitlines()[-6:])
     return ShardRun(
         index=index,
         count=job.count,
-        exit_code=done.returncode,
+        exit_code=exit_code,
         wall_seconds=done.wall_seconds,
         jobs=jobs,
-        record=record,
+        record=result.record if result is not None else None,
         problem=problem,
     )
 
@@ -152,9 +139,8 @@ class LocalExecutor:
         shards: dict[int, ShardRun] = {}
         with ui.step(f"Compiling {job.count} shards"), ThreadPoolExecutor(parallel) as pool:
 
-            def start(index: int, jobs: int) -> Future[run.Completed]:
-                command = _shard_command(job, index, workdir, jobs)
-                return pool.submit(run.run, command, check=False)
+            def start(index: int, jobs: int) -> Future[run.ChildCall[ShardResult]]:
+                return pool.submit(_run_shard, job, index, workdir, jobs)
 
             for index, jobs, done in schedule_shards(
                 job.count, parallel, cpus, options.jobs, start
@@ -170,13 +156,7 @@ class LocalExecutor:
                 job.cell,
                 shards_dir,
                 job.out_dir,
-                BuildOptions(
-                    cache=options.cache,
-                    workdir=workdir,
-                    jobs=options.jobs,
-                    namespace=options.namespace,
-                    source_date_epoch=options.source_date_epoch,
-                ),
+                replace(options, cache_dir=None, workdir=workdir),
                 expected_count=job.count,
                 smoke=job.smoke,
             )
