@@ -43,7 +43,7 @@ def one_run(paths: list[Path], root: Path) -> tuple[float, int, int]:
 
 
 COMMAND = (
-    "from wheelkiln.matrix.commands import matrix_command; "
+    "from wheelkiln.cli.matrix import matrix_command; "
     "matrix_command.main(['--lane', '13.0', '--json'], standalone_mode=False)"
 )
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln.bench import store
-from wheelkiln.bench.commands import produce_report
 from wheelkiln.bench.report import render_markdown
 from wheelkiln.bench.stats import summarize
+from wheelkiln.cli.bench import produce_report
 
 GOAL_SECONDS = 2.0
 SCENARIOS = ("cold", "warm", "hot", "hot", "frozen")
@@ -91,7 +91,7 @@ def main() -> None:
         cpus: list[float] = []
         for _ in range(args.repeat):
             cpu_started, started = time.process_time(), time.perf_counter()
-            # Exactly what `kiln bench report` runs (commands.bench_report).
+            # Exactly what `kiln bench report` runs (cli/bench.py, bench_report).
             with store.paused_gc(freeze=True):
                 markdown = produce_report(path, (), "md")
             walls.append(time.perf_counter() - started)

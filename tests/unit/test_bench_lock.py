@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from wheelkiln.bench.commands import bench_group
 from wheelkiln.builder_lock import BuilderLock, describe
+from wheelkiln.cli.bench import bench_group
 from wheelkiln.errors import KilnError, LockBusyError
 
 HOLDER = textwrap.dedent(

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from wheelkiln.bench import store
-from wheelkiln.bench.commands import bench_group
 from wheelkiln.bench.report import render_html, render_json, render_markdown, seconds
 from wheelkiln.bench.stats import summarize
+from wheelkiln.cli.bench import bench_group
 from wheelkiln.errors import KilnError
 
 

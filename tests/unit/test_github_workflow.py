@@ -17,7 +17,7 @@ import yaml
 from click.testing import CliRunner
 
 from tests.unit.farm import write_farm
-from wheelkiln.matrix.commands import ci_group
+from wheelkiln.cli.matrix import ci_group
 from wheelkiln.matrix.github import ACTIONS, RUNNERS, render_workflow
 from wheelkiln.matrix.jobs import expand_matrix
 from wheelkiln.matrix.render import matrix_document

@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from tests.unit.farm import FARM, FarmRecipe, expected_totals, write_farm, write_recipe
 from wheelkiln.cells import Cell
+from wheelkiln.cli.matrix import matrix_command
 from wheelkiln.matrix import naming
-from wheelkiln.matrix.commands import matrix_command, scan_existing
+from wheelkiln.matrix.inputs import scan_existing
 from wheelkiln.matrix.jobs import (
     ExistingWheels,
     Job,

@@ -10,9 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from tests.unit.farm import FARM, FarmRecipe, write_farm, write_recipe
+from wheelkiln.cli.matrix import matrix_command
 from wheelkiln.errors import KilnError, RecipeError, UsageError
-from wheelkiln.matrix.commands import load_recipes, matrix_command
 from wheelkiln.matrix.filters import parse_filter
+from wheelkiln.matrix.inputs import load_recipes
 from wheelkiln.matrix.jobs import expand_matrix
 from wheelkiln.recipe.load import LoadedRecipe, load_recipe
 

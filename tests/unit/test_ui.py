@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from wheelkiln import ui
-from wheelkiln.cli import _summary_table
+from wheelkiln.cli.options import summary_table as _summary_table
 
 LONG_PATH = "/tmp/" + "a-rather-long-directory-name/" * 4 + "demo_cpp-0.1.0-cp311-linux_x86_64.whl"
 

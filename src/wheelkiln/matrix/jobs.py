@@ -213,7 +213,7 @@ class BuildRecordSummary:
 @dataclass(frozen=True)
 class ExistingWheels:
     """Wheels and build records already in a directory; call it with a cell for the
-    reason it is skipped (or None). Built by :func:`wheelkiln.matrix.commands.scan_existing`."""
+    reason it is skipped (or None). Built by :func:`wheelkiln.matrix.inputs.scan_existing`."""
 
     directory: str
     wheels: frozenset[str]

@@ -7,7 +7,6 @@ itself called ``report`` or ``run`` is reached with ``kiln bench run NAME``.)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,16 @@ from rich.table import Table
 
 from wheelkiln import ui
 from wheelkiln.bench.scenarios import SCENARIO_SETS
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+from wheelkiln.cli.options import (
+    CONTEXT,
+    cache_dir_option,
+    cache_option,
+    cell_option,
+    emit_json,
+    jobs_option,
+    json_option,
+    workdir_option,
+)
 
 
 class _DefaultRunGroup(click.Group):
@@ -33,10 +40,6 @@ class _DefaultRunGroup(click.Group):
         formatter.write_usage(
             ctx.command_path, "TARGET [--scenario ...] [OPTIONS]  |  report [OPTIONS]"
         )
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
 @click.group("bench", cls=_DefaultRunGroup, context_settings=CONTEXT, no_args_is_help=True)
@@ -67,9 +70,8 @@ def bench_group() -> None:
     type=click.Choice(list(SCENARIO_SETS)),
     help="Cache condition(s); repeatable. all = cold, warm, hot; everything = frozen + all.",
 )
-@click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
-@click.option("--jobs", "-j", type=click.IntRange(1),
-              help="Parallel compile jobs (part of every result's key).")
+@cell_option()
+@jobs_option("Parallel compile jobs (part of every result's key).")
 @click.option("--repeat", "-r", type=click.IntRange(1), default=1, show_default=True,
               help="Run the chosen scenarios this many times (medians need n > 1).")
 @click.option("--shards", type=click.IntRange(1, 256), default=1, show_default=True,
@@ -80,13 +82,11 @@ def bench_group() -> None:
               help="Allow frozen: delete every build environment and pip's cache.")
 @click.option("--wheel-cache", is_flag=True,
               help="Also record a hot run served whole from the wheel cache.")
-@click.option("--cache", "cache_name", type=click.Choice(["ccache", "sccache"]),
-              help="Compiler cache (default: the recipe's).")
-@click.option("--cache-dir", type=click.Path(path_type=Path),
-              help="The bench's own compiler cache (default: $KILN_HOME/bench-cache/<cache>).")
-@click.option("--workdir", type=click.Path(path_type=Path), help="Where job trees are built.")
+@cache_option()
+@cache_dir_option("The bench's own compiler cache (default: $KILN_HOME/bench-cache/<cache>).")
+@workdir_option()
 @click.option("--builder", help="Builder name in the records (default: the host name).")
-@click.option("--json", "as_json", is_flag=True, help="Print this run's records as JSON on stdout.")
+@json_option("this run's records")
 def bench_run(
     target: str, scenarios: tuple[str, ...], cell: str | None, jobs: int | None, repeat: int,
     shards: int, store_path: Path | None, destructive: bool, wheel_cache: bool,
@@ -130,13 +130,13 @@ def bench_run(
             soft_wrap=True, markup=False, highlight=False,
         )
         if as_json:
-            _emit_json({"status": "busy", "holder": result.holder, "lock": str(result.lock_path)})
+            emit_json({"status": "busy", "holder": result.holder, "lock": str(result.lock_path)})
         return
     if result.records:
         ui.console.print(_run_table(chosen.id, result.records))
     ui.info(escape(f"{len(result.records)} record(s) appended to {result.store_path}"))
     if as_json:
-        _emit_json({
+        emit_json({
             "status": "aborted" if result.aborted else ("failed" if result.failures else "ok"),
             "run_id": result.run_id, "store": str(result.store_path),
             "records": result.records, "failures": result.failures, "aborted": result.aborted,

@@ -1,0 +1,275 @@
+"""``kiln build``: one cell into a wheel, whole or sharded locally."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from wheelkiln import ui
+from wheelkiln.cli.options import (
+    CONTEXT,
+    builder_lock,
+    cache_dir_option,
+    cache_option,
+    cell_option,
+    check_finite,
+    check_job_locations,
+    emit_json,
+    jobs_option,
+    json_option,
+    namespace_option,
+    out_dir_option,
+    recipe_argument,
+    smoke_option,
+    summary_table,
+    workdir_option,
+)
+from wheelkiln.errors import BuildError, UsageError
+
+
+def _cache_line(record: dict[str, Any]) -> str:
+    cache = record["cache"]
+    if "total" not in cache:
+        return "none"
+    return (
+        f"{cache['backend']}: {cache['hits']} hits, {cache['misses']} misses "
+        f"(of {cache['total']} cacheable), {cache['uncacheable']} uncacheable"
+    )
+
+
+@click.command(context_settings=CONTEXT)
+@recipe_argument()
+@cell_option()
+@cache_option(allow_none=True, default="the recipe's, normally ccache")
+@out_dir_option("dist", "the wheel and its build record")
+@click.option(
+    "--shards", type=click.IntRange(1, 256), help="Shard the compile N ways locally, then link."
+)
+@click.option(
+    "--filter",
+    "mechanism",
+    type=click.Choice(["seat", "source"]),
+    help="With --shards: the partition mechanism (default: the recipe's).",
+)
+@workdir_option()
+@cache_dir_option()
+@jobs_option()
+@click.option(
+    "--recache", is_flag=True, help="Compile everything and overwrite cache entries (cold)."
+)
+@namespace_option()
+@smoke_option(
+    "Run the recipe's smoke test (or import) in a venv with the wheel, its Requires-Dist "
+    "and [verify] requires; also when the wheel cache serves the build."
+)
+@click.option(
+    "--no-wheel-cache",
+    is_flag=True,
+    help="Build even when the wheel cache holds a wheel for these exact inputs.",
+)
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(0),
+    callback=lambda ctx, param, value: check_finite(value, "--lock-timeout"),
+    help="Seconds to wait for another build on this builder (default: wait).",
+)
+@json_option("the build record")
+def build(
+    recipe_ref: str,
+    cell: str | None,
+    cache_name: str | None,
+    out_dir: Path,
+    shards: int | None,
+    mechanism: str | None,
+    workdir: Path | None,
+    cache_dir: Path | None,
+    jobs: int | None,
+    recache: bool,
+    namespace: str | None,
+    smoke: bool,
+    no_wheel_cache: bool,
+    lock_timeout: float | None,
+    as_json: bool,
+) -> None:
+    """Build one cell of RECIPE (a path, or a name under recipes/) into a wheel.
+
+    The cache sits in front of every compiler the package calls. A build record (JSON)
+    with timings, cache counters and digests is written beside the wheel.
+    """
+    from wheelkiln.builder.cell import BuildOptions, build_cell
+    from wheelkiln.builder.record import build_record, publish
+    from wheelkiln.builder.wheel_checks import describe_verify, verify_wheel
+    from wheelkiln.matrix.cells import select_cell
+    from wheelkiln.recipe.load import find_recipe
+
+    _refuse_inapplicable(
+        shards,
+        {
+            "--cache none": cache_name == "none",
+            "--cache-dir": cache_dir is not None,
+            "--recache": recache,
+            "--no-wheel-cache": no_wheel_cache,
+        },
+        {"--filter": mechanism is not None},
+    )
+    check_job_locations(out_dir, workdir, cache_dir)
+    loaded = find_recipe(recipe_ref)
+    chosen = select_cell(loaded.recipe, cell)
+    options = BuildOptions(
+        cache=cache_name or loaded.recipe.cache.backend,
+        cache_dir=cache_dir,
+        namespace=namespace,
+        recache=recache,
+        workdir=workdir,
+        jobs=jobs,
+    )
+    with builder_lock(lock_timeout):
+        if shards is not None:
+            from wheelkiln.executors.sharded import run_sharded
+
+            run_sharded(
+                loaded,
+                chosen,
+                options,
+                shards,
+                out_dir=out_dir,
+                mechanism=mechanism,
+                smoke=smoke,
+                on_report=emit_json if as_json else None,
+            )
+            return
+        use_wheel_cache = not (no_wheel_cache or recache)
+        if use_wheel_cache and _serve_from_wheel_cache(
+            loaded, chosen, options, out_dir, as_json, smoke=smoke
+        ):
+            return
+        outcome = build_cell(loaded, chosen, options)
+        record = build_record(outcome, kind="build", extra={"recache": recache})
+        if outcome.exit_code != 0:
+            tail = "\n".join(outcome.log_text.splitlines()[-25:])
+            raise BuildError(
+                f"Building {chosen.id} failed (exit {outcome.exit_code}). Last lines:\n{tail}",
+                hint=f"Full log: {outcome.log_path}",
+            )
+        record["verify"] = verify_wheel(outcome, loaded, smoke=smoke)
+        record_path = publish(outcome, record, out_dir)
+        from wheelkiln.builder.record import remember
+        from wheelkiln.builder.wheel_cache import WheelCache, outcome_input_digest
+
+        digest = outcome_input_digest(loaded, outcome, options)
+        # Also in the state home, where `kiln build --shards` finds it whatever --out was.
+        remember(record, digest)
+        if use_wheel_cache and outcome.wheel is not None:
+            WheelCache().store(digest, outcome.wheel.path, record)
+    if as_json:
+        emit_json(record)
+    rows = [
+        ("cell", chosen.id),
+        ("wheel", str(record["wheel"]["path"])),
+        ("wall / CPU", f"{record['wall_seconds']:.1f} s / {record['cpu_seconds']:.1f} s"),
+        ("peak memory", f"{record['peak_rss_bytes'] / 2**20:.0f} MiB"),
+        ("cache", _cache_line(record)),
+        ("extension modules", str(len(record["extensions"]))),
+        ("verify", describe_verify(record.get("verify"))),
+        ("record", str(record_path)),
+    ]
+    ui.console.print(summary_table("kiln build", rows))
+    missed = record["cache"]["missed_tus"]
+    if missed and record["cache"].get("hits", 0):
+        ui.info(f"{len(missed)} TU(s) missed the cache: " + escape(", ".join(missed[:10])))
+
+
+def _refuse_inapplicable(
+    shards: int | None, without_shards: dict[str, bool], only_with_shards: dict[str, bool]
+) -> None:
+    """Refuse options that the chosen mode would ignore, instead of ignoring them.
+
+    A sharded build gives each shard job a private cache directory and a fresh cache (so
+    --cache-dir and --recache have nothing to act on), hands over a compiler cache (so it
+    needs one), and never serves from the wheel cache.
+    """
+    if shards is not None:
+        given = [name for name, present in without_shards.items() if present]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} cannot be used with --shards: a sharded build gives each "
+                "shard a private, fresh compiler cache and never uses the wheel cache.",
+                hint="Drop the option, or build unsharded.",
+            )
+    else:
+        given = [name for name, present in only_with_shards.items() if present]
+        if given:
+            raise UsageError(
+                f"{', '.join(given)} applies only with --shards N.",
+                hint="Add --shards N, or drop the option.",
+            )
+
+
+
+
+def _serve_from_wheel_cache(
+    loaded: Any, cell: Any, options: Any, out_dir: Path, as_json: bool, *, smoke: bool
+) -> bool:
+    """Copy the wheel of an earlier build with the same input digest, if there is one."""
+    import shutil
+    import time
+
+    from wheelkiln.builder.record import served_record
+    from wheelkiln.builder.wheel_cache import WheelCache, plan_input_digest
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    digest = plan_input_digest(loaded, cell, options)
+    hit = WheelCache().lookup(digest) if digest else None
+    if hit is None:
+        return False
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / hit.wheel.name
+    shutil.copy2(hit.wheel, target)
+    record = served_record(
+        hit.record,
+        wheel_path=target,
+        input_digest=hit.digest,
+        wall_seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - cpu_started,
+        backend=options.cache,
+    )
+    if smoke:
+        # The smoke test belongs to this run: a wheel served from the cache is as
+        # deliverable as a built one, and its runtime may have changed since.
+        from wheelkiln.builder.wheel_checks import describe_verify, smoke_test
+
+        try:
+            ran = smoke_test(target, loaded, cell)
+        except BuildError as exc:
+            exc.hint = (
+                f"The wheel was served from the wheel cache (input digest {hit.digest[:16]}…); "
+                f"--no-wheel-cache rebuilds it. {exc.hint or ''}"
+            ).strip()
+            raise
+        record["verify"] = {**record.get("verify", {}), "smoke": ran}
+    if as_json:
+        emit_json(record)
+    rows = [
+        ("cell", cell.id),
+        ("wheel", str(target)),
+        (
+            "served from",
+            f"the wheel cache (input digest {hit.digest[:16]}…, built "
+            f"{hit.record.get('cached_at', '?')})",
+        ),
+        (
+            "wall",
+            f"{record['wall_seconds']:.2f} s (the build that made the wheel: "
+            f"{hit.record.get('wall_seconds', '?')} s)",
+        ),
+        ("bypass", "--no-wheel-cache rebuilds through the compiler cache"),
+    ]
+    if smoke:
+        rows.append(("verify", describe_verify({"smoke": record["verify"]["smoke"]})))
+    ui.console.print(summary_table("kiln build", rows))
+    return True
+
+

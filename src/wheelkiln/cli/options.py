@@ -1,0 +1,243 @@
+"""What the commands share: option decorators, their checks, JSON output, the summary
+table, the builder lock and the early checks of output locations.
+
+An option that more than one command takes is declared here once, so its name, type,
+check and help read the same everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.table import Table
+from rich.text import Text
+
+from wheelkiln import ui
+
+CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+F = TypeVar("F", bound=Callable[..., Any])
+Decorator = Callable[[F], F]
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def summary_table(title: str, rows: list[tuple[str, str]]) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    for key, value in rows:
+        table.add_row(key, Text(value, overflow="fold"))  # a long path folds, never cut
+    return table
+
+
+# --- checks ----------------------------------------------------------------------------
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_namespace(value: str | None) -> str | None:
+    """A cache namespace names a directory (sccache) and a key prefix: one plain name,
+    never a path (``/etc`` or ``../..`` would put the cache anywhere)."""
+    if value is not None and not _NAMESPACE.fullmatch(value):
+        raise click.BadParameter(
+            f"{value!r} is not a namespace: use 1-100 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit.",
+            param_hint="'--namespace'",
+        )
+    return value
+
+
+def check_finite(value: float | None, option: str) -> float | None:
+    if value is not None and math.isnan(value):
+        raise click.BadParameter("nan is not a number of seconds.", param_hint=f"'{option}'")
+    return value
+
+
+def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """A byte size: ``64MiB``, ``3GB``, ``20GiB`` or a plain number of bytes."""
+    from wheelkiln.cache.archive import parse_size
+
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+def check_job_locations(out_dir: Path, workdir: Path | None, cache_dir: Path | None = None) -> None:
+    """Refuse unusable output locations before any work starts: a build that fails to
+    write its wheel after an hour has lost the hour."""
+    from wheelkiln.output_paths import check_output_dir
+    from wheelkiln.paths import kiln_home
+
+    check_output_dir(out_dir, "--out")
+    check_output_dir(kiln_home(), "$KILN_HOME")
+    if workdir is not None:
+        check_output_dir(workdir, "--workdir")
+    if cache_dir is not None:
+        check_output_dir(cache_dir, "--cache-dir")
+
+
+@contextmanager
+def builder_lock(timeout: float | None) -> Iterator[None]:
+    """One build per builder: wait for (or inherit) the builder lock."""
+    from wheelkiln.builder_lock import BuilderLock, describe
+
+    lock = BuilderLock()
+    if not lock.inherited():
+        lock.acquire(
+            timeout=timeout,
+            on_wait=lambda holder: ui.info(
+                f"Waiting for the builder lock ({describe(holder)}); --lock-timeout limits the wait."
+            ),
+        )
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def common_build_options(
+    cache_name: str | None,
+    loaded: Any,
+    workdir: Path | None,
+    jobs: int | None,
+    namespace: str | None,
+    cache_dir: Path | None = None,
+) -> Any:
+    from wheelkiln.builder.cell import BuildOptions
+
+    return BuildOptions(
+        cache=cache_name or loaded.recipe.cache.backend,
+        workdir=workdir,
+        jobs=jobs,
+        namespace=namespace,
+        cache_dir=cache_dir,
+    )
+
+
+# --- option decorators -----------------------------------------------------------------
+
+
+def stack(*decorators: Callable[[Any], Any]) -> Callable[[F], F]:
+    """Apply *decorators* as if written one above the other, first on top."""
+
+    def apply(command: F) -> F:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return apply
+
+
+def recipe_argument() -> Decorator[Any]:
+    return click.argument("recipe_ref", metavar="RECIPE")
+
+
+def cell_option() -> Decorator[Any]:
+    return click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
+
+
+def json_option(what: str) -> Decorator[Any]:
+    """``--json``: *what* is printed as JSON on stdout (e.g. "the build record")."""
+    return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON on stdout.")
+
+
+def cache_option(*, allow_none: bool = False, default: str = "the recipe's") -> Decorator[Any]:
+    choices = ["ccache", "sccache", *(["none"] if allow_none else [])]
+    return click.option(
+        "--cache",
+        "cache_name",
+        type=click.Choice(choices),
+        help=f"Compiler cache (default: {default}).",
+    )
+
+
+def cache_dir_option(
+    help_text: str = "The local cache directory (default: $KILN_HOME/<cache>).",
+) -> Decorator[Any]:
+    return click.option("--cache-dir", type=click.Path(path_type=Path), help=help_text)
+
+
+def workdir_option() -> Decorator[Any]:
+    return click.option(
+        "--workdir",
+        type=click.Path(path_type=Path),
+        help="Where job trees are built (default: $KILN_HOME/work).",
+    )
+
+
+def jobs_option(help_text: str = "Parallel compile jobs.") -> Decorator[Any]:
+    return click.option("--jobs", "-j", type=click.IntRange(1), help=help_text)
+
+
+def namespace_option() -> Decorator[Any]:
+    return click.option(
+        "--namespace",
+        callback=lambda ctx, param, value: check_namespace(value),
+        help="Cache namespace / key prefix isolating this build's entries.",
+    )
+
+
+def out_dir_option(default: str, what: str) -> Decorator[Any]:
+    return click.option(
+        "--out",
+        "out_dir",
+        type=click.Path(path_type=Path),
+        default=Path(default),
+        show_default=True,
+        help=f"Where {what} go.",
+    )
+
+
+def count_option(help_text: str, *, required: bool = False) -> Decorator[Any]:
+    return click.option(
+        "--count", "count", type=click.IntRange(1, 256), required=required, help=help_text
+    )
+
+
+def smoke_option(help_text: str) -> Decorator[Any]:
+    return click.option("--smoke", is_flag=True, help=help_text)
+
+
+def job_options(command: F) -> F:
+    """The options shard and link jobs share: cache, work tree, parallelism, namespace."""
+    return stack(cache_option(), workdir_option(), jobs_option(), namespace_option())(command)
+
+
+def archive_limit_options(command: F) -> F:
+    """The caps on what one shard archive may unpack to (see cache/archive.py)."""
+    from wheelkiln.cache.archive import (
+        DEFAULT_MAX_MEMBERS,
+        DEFAULT_MAX_UNPACKED_SIZE,
+        MAX_MEMBERS_ENV,
+        MAX_UNPACKED_SIZE_ENV,
+        format_size,
+    )
+
+    return stack(
+        click.option(
+            "--max-unpacked-size",
+            metavar="SIZE",
+            callback=_size,
+            help=f"Most bytes one shard archive may unpack to, e.g. 64MiB, 3GB (default: "
+            f"${MAX_UNPACKED_SIZE_ENV}, else {format_size(DEFAULT_MAX_UNPACKED_SIZE)}).",
+        ),
+        click.option(
+            "--max-members",
+            type=click.IntRange(1),
+            help=f"Most members one shard archive may hold (default: ${MAX_MEMBERS_ENV}, "
+            f"else {DEFAULT_MAX_MEMBERS:,}).",
+        ),
+    )(command)
