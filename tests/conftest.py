@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.servers import redis_server, s3_server, webdav_server  # noqa: F401 (fixtures)
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 RECIPES = ROOT / "recipes"

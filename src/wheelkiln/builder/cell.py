@@ -26,6 +26,7 @@ from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
 from wheelkiln.builder.toolchain import Launch, find_nvcc, toolchain_environment
 from wheelkiln.cache.backend import CacheBackend, CacheConfig, CacheStats, TUOutcome
 from wheelkiln.cache.registry import make_backend
+from wheelkiln.cache.remote import RemotePlan, plan_remote
 from wheelkiln.cells import Cell
 from wheelkiln.paths import default_cache_dir, envs_dir, resolve_workdir, sources_dir
 from wheelkiln.recipe.load import LoadedRecipe
@@ -73,6 +74,8 @@ class BuildOutcome:
     environment: BuildEnvironment
     versions: dict[str, str]
     log_text: str
+    remote: RemotePlan | None = None
+    """The remote stores the build was given, and how each went."""
 
 
 def tool_versions(cache: CacheBackend | None) -> dict[str, str]:
@@ -98,9 +101,22 @@ def job_directory(workdir: Path, cell: Cell, suffix: str) -> Path:
     return workdir / (cell.id + (f"-{suffix}" if suffix else ""))
 
 
+def configured_remote(loaded: LoadedRecipe, options: BuildOptions) -> str | None:
+    """The remote storage a build is given: ``options.remote``, else the recipe's."""
+    return options.remote or loaded.recipe.cache.remote
+
+
 def make_cache(
-    loaded: LoadedRecipe, options: BuildOptions, workdir: Path, job_dir: Path
+    loaded: LoadedRecipe,
+    options: BuildOptions,
+    workdir: Path,
+    job_dir: Path,
+    *,
+    remote: str | None = None,
 ) -> CacheBackend | None:
+    """The build's cache backend. *remote*: the stores it uses (see
+    :func:`wheelkiln.cache.remote.plan_remote`); none for a backend that is only asked
+    for its executable or version."""
     name = options.cache
     return make_backend(
         name,
@@ -109,7 +125,7 @@ def make_cache(
             base_dir=workdir,
             namespace=options.namespace or loaded.recipe.cache.namespace,
             recache=options.recache,
-            remote=options.remote or loaded.recipe.cache.remote,
+            remote=remote,
             stats_log=job_dir / "cache-stats.log",
         ),
     )
@@ -144,7 +160,8 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
             envs_dir(),
             config_settings=recipe.build.config_settings,
         )
-    cache = make_cache(loaded, options, workdir, job_dir)
+    remote = plan_remote(configured_remote(loaded, options)) if options.cache != "none" else None
+    cache = make_cache(loaded, options, workdir, job_dir, remote=remote.usable if remote else None)
     launch = Launch(cache.executable() if cache else None, seat_wrapper=options.seat_wrapper)
     env = inherited_environment(os.environ)
     recipe_env = expand_recipe_env(recipe.build.env, environment.path, loaded.path)
@@ -229,6 +246,8 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
             done = run.run_logged(argv, log_path=log_path, cwd=tree, env=env, on_line=shown.line)
             wall = time.perf_counter() - started
         stats = cache.stats() if cache is not None else None
+        if remote is not None and stats is not None:
+            remote = remote.after_build(stats.remote_errors)
         outcomes = cache.tu_outcomes() if cache is not None else []
     finally:
         if cache is not None:
@@ -252,4 +271,5 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
         environment=environment,
         versions=versions,
         log_text=done.output,
+        remote=remote,
     )

@@ -47,6 +47,8 @@ def build_record(
         "tool_versions": outcome.versions,
         "log": str(outcome.log_path),
     }
+    if outcome.remote is not None:
+        record["cache"]["remote"] = [status.as_dict() for status in outcome.remote.statuses]
     if outcome.wheel is not None:
         record["wheel"] = {
             "name": outcome.wheel.path.name,

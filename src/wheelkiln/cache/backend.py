@@ -44,6 +44,9 @@ class CacheStats:
     misses: int
     uncacheable: int = 0
     errors: int = 0
+    remote_errors: int = 0
+    """Errors reading or writing remote storage (sccache: its storage's read and write
+    errors, which are the remote's when one is set)."""
     raw: dict[str, int] = field(default_factory=dict)
 
     @property

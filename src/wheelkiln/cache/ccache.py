@@ -57,6 +57,7 @@ ERROR_KEYS = (
     "missing_cache_file",
     "error_hashing_extra_file",
 )
+REMOTE_ERROR_KEYS = ("remote_storage_error", "remote_storage_timeout")
 
 
 class Ccache:
@@ -131,6 +132,7 @@ def stats_from_counters(raw: dict[str, int]) -> CacheStats:
         misses=sum(raw.get(k, 0) for k in MISS_KEYS),
         uncacheable=sum(raw.get(k, 0) for k in UNCACHEABLE_KEYS),
         errors=sum(raw.get(k, 0) for k in ERROR_KEYS),
+        remote_errors=sum(raw.get(k, 0) for k in REMOTE_ERROR_KEYS),
         raw=raw,
     )
 

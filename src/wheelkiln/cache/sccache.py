@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-from urllib.parse import urlparse
+from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from wheelkiln import run
 from wheelkiln.cache.backend import (
@@ -30,6 +31,42 @@ REMOTE_SCHEMES = {
     "https": ("SCCACHE_WEBDAV_ENDPOINT", "SCCACHE_WEBDAV_KEY_PREFIX"),
     "memcached": ("SCCACHE_MEMCACHED_ENDPOINT", "SCCACHE_MEMCACHED_KEY_PREFIX"),
 }
+S3_SCHEMES = ("s3", "s3+http", "s3+https")
+"""``s3://BUCKET[/PREFIX]`` is AWS; ``s3+http://HOST:PORT/BUCKET[/PREFIX]`` (or
+``s3+https``) is any S3-compatible server, addressed by path."""
+
+
+def s3_environment(url: str, namespace: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """sccache's S3 settings for *url*, its entries under PREFIX/NAMESPACE/.
+
+    Without AWS credentials in the caller's environment the store is used anonymously
+    (``SCCACHE_S3_NO_CREDENTIALS``): sccache would otherwise go looking for credentials
+    on the instance-metadata address, which is never a server of the build's.
+    """
+    parts = urlsplit(url)
+    path = [segment for segment in parts.path.split("/") if segment]
+    env: dict[str, str] = {}
+    if parts.scheme == "s3":
+        bucket = parts.netloc
+    else:
+        if not path:
+            raise UsageError(
+                f"sccache remote {url!r} names no bucket.",
+                hint="Use s3+http://HOST:PORT/BUCKET[/PREFIX].",
+            )
+        bucket = path.pop(0)
+        env["SCCACHE_ENDPOINT"] = f"{parts.scheme.removeprefix('s3+')}://{parts.netloc}"
+        env["SCCACHE_S3_USE_SSL"] = "true" if parts.scheme == "s3+https" else "false"
+    if not bucket:
+        raise UsageError(f"sccache remote {url!r} names no bucket.", hint="Use s3://BUCKET[/PREFIX].")
+    env["SCCACHE_BUCKET"] = bucket
+    env["SCCACHE_REGION"] = environ.get("AWS_REGION") or environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    prefix = "/".join([*path, namespace] if namespace else path)
+    if prefix:
+        env["SCCACHE_S3_KEY_PREFIX"] = f"/{prefix}/"
+    if not (environ.get("AWS_ACCESS_KEY_ID") or environ.get("AWS_PROFILE")):
+        env["SCCACHE_S3_NO_CREDENTIALS"] = "true"
+    return env
 
 
 def _free_port() -> int:
@@ -64,16 +101,19 @@ class Sccache:
         if config.recache:
             env["SCCACHE_RECACHE"] = "1"
         if config.remote:
-            scheme = urlparse(config.remote).scheme
-            if scheme not in REMOTE_SCHEMES:
+            scheme = urlsplit(config.remote).scheme
+            if scheme in S3_SCHEMES:
+                env.update(s3_environment(config.remote, namespace, os.environ))
+            elif scheme in REMOTE_SCHEMES:
+                endpoint_var, prefix_var = REMOTE_SCHEMES[scheme]
+                env[endpoint_var] = config.remote
+                if namespace:
+                    env[prefix_var] = f"/{namespace}/"
+            else:
                 raise UsageError(
                     f"sccache remote {config.remote!r}: scheme {scheme!r} is not supported.",
-                    hint=f"Use one of: {', '.join(sorted(REMOTE_SCHEMES))}.",
+                    hint=f"Use one of: {', '.join(sorted([*REMOTE_SCHEMES, *S3_SCHEMES]))}.",
                 )
-            endpoint_var, prefix_var = REMOTE_SCHEMES[scheme]
-            env[endpoint_var] = config.remote
-            if namespace:
-                env[prefix_var] = f"/{namespace}/"
         return env
 
     def _run(self, *args: str, check: bool = True) -> str:
@@ -133,5 +173,7 @@ def stats_from_json(data: dict[str, object]) -> CacheStats:
         misses=raw["cache_misses"],
         uncacheable=uncacheable,
         errors=raw["cache_errors"] + int(stats.get("cache_read_errors", 0) or 0),
+        remote_errors=int(stats.get("cache_read_errors", 0) or 0)
+        + int(stats.get("cache_write_errors", 0) or 0),
         raw=raw,
     )

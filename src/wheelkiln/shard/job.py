@@ -184,7 +184,7 @@ def run_shard(
         cache=options.cache,
         cache_dir=cache_dir,
         namespace=options.namespace,
-        remote=None,
+        remote=options.remote,
         workdir=workdir,
         job_suffix=suffix,
         jobs=options.jobs,

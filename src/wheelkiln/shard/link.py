@@ -230,6 +230,7 @@ def run_link(
         cache=options.cache,
         cache_dir=cache_dir,
         namespace=options.namespace,
+        remote=options.remote,
         workdir=workdir,
         job_suffix="link",
         jobs=options.jobs,
@@ -270,6 +271,13 @@ def run_link(
         problems.append(f"{misses} cache miss(es): the shards did not hand over every TU")
     if total == 0:
         problems.append("total 0: the cache was never consulted, so no handoff happened")
+    if misses and outcome.remote is not None:
+        # Entries the shards handed over through the remote were not read: name why.
+        problems.extend(
+            f"{trouble}: what the shards stored there was not read"
+            for trouble in (status.trouble() for status in outcome.remote.statuses)
+            if trouble
+        )
     missed = _explain_misses(outcome, shard_logs, ccache_log)
     ledger = compile_ledger(list(outcome.wheel.extensions) if outcome.wheel else [], shard_logs)
     problems.extend(ledger.problems)

@@ -1,0 +1,230 @@
+"""Remote cache storage against live servers started on 127.0.0.1 (tests/servers.py):
+ccache on WebDAV, Valkey and a shared directory; sccache on WebDAV, Valkey and S3.
+
+Each build is a small generated C package (four TUs, one extension module), in its own
+directory with a fresh local cache, so whatever it finds it found through the server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sysconfig
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Kiln
+from tests.servers import S3, Redis, WebDAV, dead_url, file_keys
+from wheelkiln.cache.backend import CacheConfig, CacheStats, scrub_cache_settings
+from wheelkiln.cache.registry import make_backend
+
+pytestmark = pytest.mark.compile
+
+TUS = 4
+
+
+def write_package(root: Path) -> Path:
+    """A setuptools package whose one extension module is built from four C TUs."""
+    tree = root / "remote-demo"
+    src = tree / "src"
+    (src / "remote_demo").mkdir(parents=True)
+    (src / "remote_demo" / "__init__.py").write_text("from remote_demo._core import total\n")
+    (tree / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "remote-demo"\nversion = "0.1"\n'
+    )
+    parts = [f"src/part{i}.c" for i in range(1, TUS)]
+    (tree / "setup.py").write_text(
+        "from setuptools import setup, Extension\n"
+        f"setup(ext_modules=[Extension('remote_demo._core', ['src/core.c', *{parts!r}])],\n"
+        "      packages=['remote_demo'], package_dir={'': 'src'})\n"
+    )
+    for i in range(1, TUS):
+        (src / f"part{i}.c").write_text(f"int part{i}(void) {{ return {i * 10}; }}\n")
+    declarations = "".join(f"int part{i}(void);\n" for i in range(1, TUS))
+    total = " + ".join(f"part{i}()" for i in range(1, TUS))
+    (src / "core.c").write_text(
+        "#include <Python.h>\n" + declarations
+        + f"static PyObject *total(PyObject *m, PyObject *a) {{ return PyLong_FromLong({total}); }}\n"
+        "static PyMethodDef methods[] = {{\"total\", total, METH_NOARGS, 0}, {0}};\n"
+        "static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, \"_core\", 0, -1, methods};\n"
+        "PyMODINIT_FUNC PyInit__core(void) { return PyModule_Create(&module); }\n"
+    )
+    return tree
+
+
+def write_recipe(tree: Path, backend: str, remote: str) -> Path:
+    recipe = tree.parent / "remote-demo.toml"
+    recipe.write_text(
+        f'name = "remote-demo"\n[source]\npath = "{tree}"\n'
+        f'[cache]\nbackend = "{backend}"\nremote = "{remote}"\n'
+        "[sharding]\ncount = 1\n"
+    )
+    return recipe
+
+
+def build(kiln: Kiln, place: Path, backend: str, remote: str, namespace: str,
+          check: bool = True) -> tuple[dict[str, Any], str]:
+    """One build in its own directory, with its own fresh local cache: (record, stderr)."""
+    tree = write_package(place)
+    result = kiln(
+        "build", write_recipe(tree, backend, remote), "--out", place / "out",
+        "--workdir", place / "work", "--cache-dir", place / "local-cache",
+        "--namespace", namespace, "--no-wheel-cache", "--json", check=check,
+    )
+    return json.loads(result.stdout), result.stderr
+
+
+def warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("warning:")]
+
+
+def fresh_namespace() -> str:
+    return f"run-{uuid.uuid4().hex[:12]}"
+
+
+def compile_through(backend_name: str, place: Path, remote: str, namespace: str) -> CacheStats:
+    """The package's four TUs compiled in *place* through kiln's configuration of the
+    backend (its environment, a fresh local cache, base_dir at *place*), with the real
+    compiler and no build frontend: the cache's side of a build, at a tenth of its cost."""
+    tree = write_package(place)
+    backend = make_backend(backend_name, CacheConfig(
+        cache_dir=place / "local-cache", base_dir=place, namespace=namespace, remote=remote,
+    ))
+    assert backend is not None
+    env = {**scrub_cache_settings(os.environ), **backend.environment()}
+    include = sysconfig.get_paths()["include"]
+    backend.start()
+    try:
+        backend.zero_stats()
+        for source in sorted((tree / "src").glob("*.c")):
+            subprocess.run(
+                [backend.executable(), "gcc", "-I", include, "-c", str(source),
+                 "-o", str(source.with_suffix(".o"))],
+                env=env, cwd=tree, check=True, capture_output=True,
+            )
+        return backend.stats()
+    finally:
+        backend.stop()
+
+
+def assert_shared_through(keys: Callable[[], set[str]], tmp_path: Path, backend: str,
+                          remote: str) -> None:
+    """Two compiles in different directories share entries through the server; a fresh
+    namespace sees none of them, and the old namespace keeps its entries."""
+    namespace = fresh_namespace()
+    before = keys()
+    first = compile_through(backend, tmp_path / "a", remote, namespace)
+    after_first = keys()
+    second = compile_through(backend, tmp_path / "b" / "elsewhere", remote, namespace)
+    after_second = keys()
+    assert (first.hits, first.misses, first.remote_errors) == (0, TUS, 0)
+    assert len(after_first) > len(before)
+    assert (second.hits, second.misses, second.remote_errors) == (TUS, 0, 0)
+    assert after_second == after_first
+    other = compile_through(backend, tmp_path / "c", remote, fresh_namespace())
+    assert (other.hits, other.misses) == (0, TUS)
+    assert keys() > after_second  # every entry of the old namespace is still there
+
+
+@pytest.mark.parametrize("storage", ["http", "redis", "file"])
+def test_ccache_shares_entries_through_remote_storage(
+    storage: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    if storage == "http":
+        webdav: WebDAV = request.getfixturevalue("webdav_server")
+        # WsgiDAV refuses a PUT into a collection that does not exist (409): ccache's
+        # default 'subdirs' layout needs one per key prefix; 'flat' puts keys at the root.
+        remote, keys = f"{webdav.url}|layout=flat", webdav.keys
+    elif storage == "redis":
+        redis: Redis = request.getfixturevalue("redis_server")
+        remote, keys = redis.url, redis.keys
+    else:
+        shared = tmp_path / "shared-cache"
+        shared.mkdir()
+        remote, keys = f"file:{shared}", lambda: file_keys(shared)
+    assert_shared_through(keys, tmp_path, "ccache", remote)
+
+
+@pytest.mark.parametrize("storage", ["webdav", "redis", "s3"])
+def test_sccache_shares_entries_through_remote_storage(
+    storage: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    server: WebDAV | Redis | S3 = request.getfixturevalue(f"{storage}_server")
+    assert_shared_through(server.keys, tmp_path, "sccache", server.url)
+
+
+def test_kiln_builds_share_through_redis_and_namespaces_isolate_them(
+    kiln: Kiln, tmp_path: Path, redis_server: Redis
+) -> None:
+    """The same through whole `kiln build`s: the recipe's remote, --namespace, the
+    build record."""
+    namespace = fresh_namespace()
+    remote = redis_server.url
+    before = redis_server.keys()
+    first, first_err = build(kiln, tmp_path / "a", "ccache", remote, namespace)
+    after_first = redis_server.keys()
+    second, second_err = build(kiln, tmp_path / "b" / "elsewhere", "ccache", remote, namespace)
+    after_second = redis_server.keys()
+    assert warnings(first_err + second_err) == []
+    assert first["cache"]["remote"] == [
+        {"url": remote, "reachable": True, "problem": None, "errors": 0}
+    ]
+    assert (first["cache"]["hits"], first["cache"]["misses"]) == (0, TUS)
+    assert len(after_first) > len(before)
+    assert (second["cache"]["hits"], second["cache"]["misses"]) == (TUS, 0)
+    assert after_second == after_first
+    other, _ = build(kiln, tmp_path / "c", "ccache", remote, fresh_namespace())
+    assert (other["cache"]["hits"], other["cache"]["misses"]) == (0, TUS)
+    assert redis_server.keys() > after_second
+
+
+@pytest.mark.parametrize(("backend", "scheme"), [("ccache", "redis"), ("sccache", "http")])
+def test_server_down_builds_on_the_local_cache_with_one_warning(
+    backend: str, scheme: str, kiln: Kiln, tmp_path: Path
+) -> None:
+    # sccache alone would not start its server at all (WebDAV: at once, Redis: after
+    # 10 s), so every compile would fail.
+    remote = dead_url(scheme)
+    record, stderr = build(kiln, tmp_path, backend, remote, fresh_namespace())
+    assert warnings(stderr) == [
+        f"warning: remote cache storage {remote} is unreachable (connection refused): this "
+        "build uses its local cache only and stores nothing there."
+    ]
+    assert record["cache"]["remote"] == [
+        {"url": remote, "reachable": False, "problem": "connection refused", "errors": 0}
+    ]
+    assert record["exit_code"] == 0 and record["wheel"]["name"].startswith("remote_demo-")
+    assert record["cache"]["misses"] == record["cache"]["total"] >= TUS
+    assert record["cache"]["errors"] == 0
+
+
+def test_link_job_whose_remote_is_down_fails_its_gate_naming_it(
+    kiln: Kiln, tmp_path: Path, redis_server: Redis
+) -> None:
+    # The shard fills the remote under the cell's namespace; its archive is not handed
+    # over, so the link job depends on the remote alone, which is down when it runs.
+    namespace = fresh_namespace()
+    tree = write_package(tmp_path)
+    filled = write_recipe(tree, "ccache", redis_server.url)
+    shard = kiln.json("shard", filled, "--index", "0", "--count", "1", "--out", tmp_path / "shards",
+                      "--workdir", tmp_path / "work", "--namespace", namespace)
+    assert shard["cache"]["remote"][0]["reachable"] is True
+    assert shard["cache"]["misses"] == shard["cache"]["total"] >= TUS
+    down = dead_url("redis")
+    (tmp_path / "empty").mkdir()
+    result = kiln("link", write_recipe(tree, "ccache", down), "--shards", tmp_path / "empty",
+                  "--count", "1", "--out", tmp_path / "dist", "--workdir", tmp_path / "work",
+                  "--namespace", namespace, check=False, env={})
+    assert result.returncode == 5, result.stderr
+    message = " ".join(result.stderr.split())
+    assert (f"- remote cache storage {down} was unreachable (connection refused): what the "
+            "shards stored there was not read") in message
+    assert re.search(rf"- {shard['cache']['total']} cache miss\(es\)", message)
+    assert len(warnings(result.stderr)) == 1
