@@ -163,7 +163,11 @@ class WebDAV:
              "--auth", "anonymous", "--no-config", "-q"],
             root / "wsgidav.log", root,
         )
-        self.server.wait_until(lambda: urllib.request.urlopen(self.url, timeout=2).status == 200)
+        self.server.wait_until(self._answers)
+
+    def _answers(self) -> bool:
+        with urllib.request.urlopen(self.url, timeout=2) as response:
+            return bool(response.status == 200)
 
     def keys(self) -> set[str]:
         return {p.relative_to(self.root).as_posix() for p in self.root.rglob("*") if p.is_file()}
