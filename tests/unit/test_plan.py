@@ -6,13 +6,19 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import EXAMPLES, RECIPES, Kiln
 from wheelkiln.plan.census import (
     Census,
+    CensusPass,
     CensusTU,
+    CostModel,
     History,
     census_from_history,
+    census_from_pass,
     census_from_scan,
+    sample_tus,
 )
 from wheelkiln.plan.planner import (
     Ceiling,
@@ -146,3 +152,33 @@ def test_kiln_plan_static_json_on_demo_kernels(kiln: Kiln) -> None:
     assert data["census"]["how"] == "static scan" and len(data["census"]["tus"]) == 26
     assert data["lint"]["findings"] == []
     assert "recommended: N=4" in " ".join(result.stderr.split())
+
+
+def test_a_census_pass_lists_stubbed_tus_and_one_real_compile_sets_the_unit(
+    tmp_path: Path,
+) -> None:
+    sizes = {"k/a.cu": 1000, "k/b.cu": 2000, "k/c.cu": 3000, "m.cpp": 500}
+    for key, size in sizes.items():
+        (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / key).write_text("z" * size)
+    gencode = [
+        "--generate-code=arch=compute_80,code=sm_80",
+        "--generate-code=arch=compute_90,code=sm_90",
+    ]
+    records = [
+        {"tu": key, "action": "stub", "argv": ["nvcc", *gencode, "-c", key], "cwd": "/b"}
+        for key in sizes
+    ] + [{"tu": "CMakeScratch/x.cu", "action": "probe", "argv": ["nvcc"], "cwd": "/b"}]
+    assert [r["tu"] for r in sample_tus(records, tmp_path)] == ["k/b.cu", "m.cpp"]
+    census = census_from_pass(
+        CensusPass(records, 20.0, 0, {"k/b.cu": 30.0}), DEMO.families, tmp_path
+    )
+    by_key = {tu.key: tu for tu in census.tus}
+    assert sorted(by_key) == sorted(sizes)  # probes are not TUs of the build
+    assert by_key["k/a.cu"].archs == 2 and by_key["m.cpp"].archs == 1
+    assert by_key["k/b.cu"].measured and by_key["k/b.cu"].seconds == 30.0
+    model = CostModel()
+    scale = 30.0 / model.estimate("cuda", 2000, 2)
+    assert by_key["k/c.cu"].seconds == pytest.approx(model.estimate("cuda", 3000, 2) * scale)
+    assert census.fixed_seconds == 20.0
+    assert census.notes == ("the cost model's unit set by compiling for real: k/b.cu 30.0 s",)

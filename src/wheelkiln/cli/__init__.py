@@ -14,11 +14,11 @@ from wheelkiln.cli.bench import bench_group
 from wheelkiln.cli.build import build
 from wheelkiln.cli.matrix import ci_group, matrix_command
 from wheelkiln.cli.options import CONTEXT
+from wheelkiln.cli.plan import lint_command, plan_command, timeline_command
 from wheelkiln.cli.recipe import recipe
 from wheelkiln.cli.shard import link, shard, shard_plan
 from wheelkiln.cli.verify import verify
 from wheelkiln.errors import KilnError
-from wheelkiln.plan.commands import lint_command, plan_command
 
 
 @click.group(context_settings=CONTEXT)
@@ -44,6 +44,7 @@ for _command in (
     ci_group,
     lint_command,
     plan_command,
+    timeline_command,
 ):
     cli.add_command(_command)
 

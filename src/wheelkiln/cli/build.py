@@ -157,6 +157,9 @@ def build(
         record["verify"] = verify_wheel(outcome, loaded, smoke=smoke)
         record_path = publish(outcome, record, out_dir)
         from wheelkiln.builder.record import remember
+        from wheelkiln.shard.trace import write_job_trace
+
+        write_job_trace(record_path, outcome.job_dir, outcome.tu_outcomes, record)
         from wheelkiln.builder.wheel_cache import WheelCache, outcome_input_digest
 
         digest = outcome_input_digest(loaded, outcome, options)

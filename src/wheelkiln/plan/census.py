@@ -332,11 +332,38 @@ shard ``hash % (2**32 + 1)`` can ever be ``2**32``: the wrapper stubs every TU, 
 no change to the per-TU wrapper."""
 
 
+@dataclass(frozen=True)
+class CensusPass:
+    records: list[dict[str, object]]
+    """The wrapper's records: a ``stub`` for every TU the build compiles."""
+    wall_seconds: float
+    exit_code: int
+    timed: dict[str, float]
+    """TUs compiled once for real after the pass, to set the cost model's unit."""
+
+
+def sample_tus(
+    records: Sequence[Mapping[str, object]], package: Path | None
+) -> list[Mapping[str, object]]:
+    """One stub record per language to compile for real: the TU of median size, so the
+    unit is set by a typical TU, not the largest or smallest."""
+    by_language: dict[str, list[tuple[int, str, Mapping[str, object]]]] = {}
+    for record in records:
+        tu = record.get("tu")
+        if record.get("action") == "stub" and isinstance(tu, str):
+            by_language.setdefault(language_of(tu), []).append((_size(package, tu), tu, record))
+    samples = []
+    for entries in by_language.values():
+        entries.sort(key=lambda entry: (entry[0], entry[1]))
+        samples.append(entries[len(entries) // 2][2])
+    return samples
+
+
 def census_pass(
     loaded: LoadedRecipe, cell: Cell, workdir: Path | None, jobs: int | None
-) -> tuple[list[dict[str, object]], float, int]:
-    """Build the cell once with every TU stubbed: (the wrapper's records, wall seconds,
-    exit code). Probes and links run for real, nothing is cached."""
+) -> CensusPass:
+    """Build the cell once with every TU stubbed (probes and links run for real, nothing
+    is cached), then compile one typical TU per language for real, as the build ran it."""
     from wheelkiln import run
     from wheelkiln.builder.cell import BuildOptions, build_cell, job_directory
     from wheelkiln.paths import resolve_workdir
@@ -375,22 +402,48 @@ def census_pass(
     )
     outcome = build_cell(loaded, cell, options)
     records = [dict(record) for record in read_wrapper_log(wrapper_log)]
-    return records, outcome.wall_seconds, outcome.exit_code
+    timed: dict[str, float] = {}
+    # The job directory is scratch now: a real compile may overwrite the stub it wrote.
+    for record in sample_tus(records, job_dir / "src"):
+        argv, cwd = record.get("argv"), record.get("cwd")
+        if not isinstance(argv, list) or not argv or not isinstance(cwd, str):
+            continue
+        done = run.run([str(word) for word in argv], cwd=cwd, check=False, what="Timing one TU")
+        if done.returncode == 0:
+            timed[str(record["tu"])] = done.wall_seconds
+    return CensusPass(records, outcome.wall_seconds, outcome.exit_code, timed)
 
 
 def census_from_pass(
-    records: Sequence[Mapping[str, object]],
-    wall_seconds: float,
-    families: Sequence[Family],
-    package: Path | None,
+    census_pass: CensusPass, families: Sequence[Family], package: Path | None
 ) -> Census:
     archs: dict[str, int] = {}
-    for record in records:
+    for record in census_pass.records:
         tu, argv = record.get("tu"), record.get("argv")
         if record.get("action") == "stub" and isinstance(tu, str) and isinstance(argv, list):
-            archs[tu] = arch_count([str(word) for word in argv]) if language_of(tu) == "cuda" else 1
-    tus = estimated(archs, families, package, archs)
-    return Census(tuple(tus), "census pass", wall_seconds, "the census pass's wall time")
+            cuda = language_of(tu) == "cuda"
+            archs[tu] = arch_count([str(word) for word in argv]) if cuda else 1
+    tus = [
+        replace(tu, seconds=census_pass.timed[tu.key], measured=True)
+        if tu.key in census_pass.timed
+        else tu
+        for tu in estimated(archs, families, package, archs)
+    ]
+    notes = []
+    if census_pass.timed:
+        timed = ", ".join(
+            f"{key} {seconds:.1f} s" for key, seconds in sorted(census_pass.timed.items())
+        )
+        notes.append(f"the cost model's unit set by compiling for real: {timed}")
+    else:
+        notes.append("no TU could be compiled alone: costs are the model's guesses in seconds")
+    return Census(
+        tuple(calibrate(tus)),
+        "census pass",
+        census_pass.wall_seconds,
+        "the census pass's wall time",
+        tuple(notes),
+    )
 
 
 def census_from_scan(package: Path, families: Sequence[Family], archs: int) -> Census:

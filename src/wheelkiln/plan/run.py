@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -72,25 +73,24 @@ def plan_recipe(
                 ),
             )
         try:
-            records, wall, exit_code = census_pass(loaded, cell, workdir, jobs)
+            done = census_pass(loaded, cell, workdir, jobs)
         finally:
             lock.release()
-        stubbed = [r for r in records if r.get("action") == "stub"]
-        if not stubbed:
+        if not any(r.get("action") == "stub" for r in done.records):
             raise BuildError(
-                f"The census pass of {cell.id} stubbed no TU (exit {exit_code}): the build "
-                "never reached a compile through the seat wrapper.",
+                f"The census pass of {cell.id} stubbed no TU (exit {done.exit_code}): the "
+                "build never reached a compile through the seat wrapper.",
                 hint="Look at the census job's build.log under the work directory, or plan "
                 "with --static or --from an earlier build.",
             )
-        census = census_from_pass(records, wall, families, package)
-        if exit_code != 0:
-            census = Census(
-                census.tus,
-                census.how,
-                census.fixed_seconds,
-                census.fixed_how,
-                (*census.notes, f"the census build exited {exit_code} with every TU stubbed"),
+        census = census_from_pass(done, families, package)
+        if done.exit_code != 0:
+            census = replace(
+                census,
+                notes=(
+                    *census.notes,
+                    f"the census build exited {done.exit_code} with every TU stubbed",
+                ),
             )
     cells = expand_cells(recipe)
     sharding = recipe.sharding

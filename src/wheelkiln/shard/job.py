@@ -39,6 +39,7 @@ from wheelkiln.shard.gate import (
 )
 from wheelkiln.shard.partition import is_mine, load_partition_map
 from wheelkiln.shard.source_filter import apply_source_partition
+from wheelkiln.shard.trace import write_job_trace
 from wheelkiln.shard.wrapper import SeatConfig
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, read_wrapper_log
 
@@ -251,9 +252,9 @@ def run_shard(
         outcome.tu_outcomes, records
     )
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / shard_record(cell.id, index, count)).write_text(
-        json.dumps(record, indent=2, sort_keys=True) + "\n"
-    )
+    record_path = out_dir / shard_record(cell.id, index, count)
+    write_job_trace(record_path, job_dir, outcome.tu_outcomes, record)
+    record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return ShardResult(index, count, mechanism, outcome, gate, archive, record)
 
 

@@ -52,6 +52,7 @@ from wheelkiln.shard.diagnostics import find_diagnostics
 from wheelkiln.shard.job import toolchain_fingerprint, versions_for
 from wheelkiln.shard.ledger import compile_ledger
 from wheelkiln.shard.partition import tu_key
+from wheelkiln.shard.trace import write_job_trace
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, parse_wrapper_log
 
 CCACHE_LOG_LINE = re.compile(
@@ -309,6 +310,7 @@ def run_link(
         publish(replace(outcome, wheel=None), record, out_dir)
         raise
     record_path = publish(outcome, record, out_dir)
+    write_job_trace(record_path, outcome.job_dir, outcome.tu_outcomes, record)
     return LinkResult(outcome, gate, record, record_path)
 
 

@@ -1,4 +1,4 @@
-"""``kiln lint``, ``kiln plan`` and ``kiln timeline`` (registered in :mod:`wheelkiln.cli`).
+"""``kiln lint``, ``kiln plan`` and ``kiln timeline``.
 
 Parsing, calling and printing only: the work is in :mod:`wheelkiln.plan.lint`,
 :mod:`wheelkiln.plan.census` and :mod:`wheelkiln.plan.timeline`.
@@ -14,13 +14,9 @@ import click
 from rich.markup import escape
 
 from wheelkiln import ui
+from wheelkiln.cli.options import CONTEXT
+from wheelkiln.cli.options import emit_json as _emit_json
 from wheelkiln.errors import GateError
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
 @click.command("lint", context_settings=CONTEXT)
@@ -210,3 +206,90 @@ def _print_plan(name: str, plan: Any, lint: Any) -> None:
         ui.info(escape(f"lint: {finding.render()}"))
     if lint.files:
         ui.info(f"lint: {len(lint.findings)} finding(s) in {len(lint.files)} CMake file(s)")
+
+
+@click.command("timeline", context_settings=CONTEXT)
+@click.argument("records", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write a page with the timeline.",
+)
+@click.option(
+    "--out",
+    "trace_out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the merged Chrome trace (open it in Perfetto).",
+)
+@click.option(
+    "--real-time",
+    is_flag=True,
+    help="Keep the recorded times instead of laying shards out as on separate machines.",
+)
+@click.option(
+    "--slowest",
+    type=click.IntRange(1, 1000),
+    default=10,
+    help="How many of the slowest TUs to list.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the timeline as JSON.")
+def timeline_command(
+    records: tuple[Path, ...],
+    html_path: Path | None,
+    trace_out: Path | None,
+    real_time: bool,
+    slowest: int,
+    as_json: bool,
+) -> None:
+    """Merge the shards and link job of one cell onto one time axis.
+
+    RECORDS are build records (their <record>.trace.json beside them is read), traces,
+    or directories holding traces. Marks the critical path (the slowest shard, then the
+    link job) and lists the slowest TUs.
+    """
+    from rich.table import Table
+
+    from wheelkiln.output_paths import check_output_file
+    from wheelkiln.plan.timeline import make_timeline, render_html
+
+    for path, option in ((html_path, "--html"), (trace_out, "--out")):
+        if path is not None:
+            check_output_file(path, option)
+    timeline = make_timeline(list(records), real_time=real_time, slowest=slowest)
+    if html_path is not None:
+        html_path.write_text(render_html(timeline), encoding="utf-8")
+    if trace_out is not None:
+        trace_out.write_text(json.dumps(timeline.merged_trace()) + "\n", encoding="utf-8")
+    data = timeline.as_dict()
+    if as_json:
+        _emit_json(data)
+    table = Table(title=f"kiln timeline: {timeline.cell}", title_justify="left")
+    for column in ("job", "starts at (s)", "seconds", "TUs", "critical path"):
+        table.add_column(column, justify="left" if column == "job" else "right")
+    for job in data["jobs"]:
+        table.add_row(
+            job["job"],
+            f"{job['offset_seconds']:.1f}",
+            f"{job['seconds']:.1f}",
+            str(job["tus"]),
+            "yes" if job["job"] in timeline.critical else "",
+        )
+    ui.console.print(table)
+    ui.info(
+        escape(
+            f"critical path: {' + '.join(timeline.critical)} = {timeline.critical_seconds:.1f} s"
+        )
+    )
+    ui.info("slowest TUs:")
+    for event in data["slowest_tus"]:
+        ui.info(
+            escape(
+                f"  {event['seconds']:7.2f} s  {event['action']:<7} {event['job']:<10} {event['tu']}"
+            )
+        )
+    for path, what in ((html_path, "page"), (trace_out, "merged trace")):
+        if path is not None:
+            ui.info(escape(f"{what} written to {path}"))
