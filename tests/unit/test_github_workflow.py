@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from tests.unit.farm import write_farm
 from wheelkiln.cli.matrix import ci_group
-from wheelkiln.matrix.github import ACTIONS, RUNNERS, render_workflow
+from wheelkiln.errors import UsageError
+from wheelkiln.matrix.github import ACTIONS, CUDA_IMAGES, RUNNERS, container_for, render_workflow
 from wheelkiln.matrix.jobs import expand_matrix
 from wheelkiln.matrix.render import matrix_document
 from wheelkiln.recipe.load import load_recipe
@@ -292,3 +293,44 @@ def test_ci_github_embeds_named_recipes_relative(tmp_path: Path,
     text = (tmp_path / ".github" / "workflows" / "kiln.yml").read_text()
     assert "kiln matrix recipes/natten.toml recipes/cumm.toml " in text
     assert "refused" not in result.stderr
+
+
+# --- the CUDA toolkit -------------------------------------------------------------------
+
+
+def test_cuda_lanes_run_in_a_toolkit_image_pinned_by_digest(workflow: dict[str, Any],
+                                                            farm_document: dict[str, Any]) -> None:
+    for name in ("compile-shard", "link", "build"):
+        assert workflow["jobs"][name]["container"] == "${{ matrix.container }}"
+    assert "container" not in workflow["jobs"]["generate-matrix"]
+    seen = set()
+    for kind in ("shard", "link", "build"):
+        for entry in farm_document[kind]["include"]:
+            image = entry["container"]
+            if entry["cuda"] == "none" or not entry["platform"].startswith("linux-"):
+                assert image == "", entry["id"]
+                continue
+            repository, tag, digest = CUDA_IMAGES[entry["cuda"]]
+            assert image == f"{repository}:{tag}@{digest}"
+            assert re.fullmatch(r"nvidia/cuda:[0-9.]+-devel-ubuntu[0-9.]+@sha256:[0-9a-f]{64}", image)
+            assert tag.startswith(entry["cuda"] + ".")
+            seen.add(entry["cuda"])
+    assert seen == {"12.8", "13.0"}
+
+
+def test_the_zizmor_exception_is_only_for_the_matrix_container(workflow_file: Path) -> None:
+    ignored = [line for line in workflow_file.read_text().splitlines() if "zizmor: ignore" in line]
+    assert len(ignored) == 3
+    assert all(line.strip().startswith("container: ${{ matrix.container }} # zizmor: "
+                                       "ignore[unpinned-images]") for line in ignored)
+
+
+def test_a_lane_without_a_pinned_image_is_refused() -> None:
+    with pytest.raises(UsageError) as refused:
+        container_for("linux-x86_64", "11.8")
+    assert refused.value.message == (
+        "CUDA lane 11.8 has no pinned toolkit image for GitHub runners (known lanes: 12.8, "
+        "13.0); its jobs would run without nvcc."
+    )
+    assert container_for("windows-amd64", "11.8") == ""
+    assert container_for("linux-aarch64", "none") == ""

@@ -472,6 +472,8 @@ def test_json_document_shape(tmp_path: Path) -> None:
         "kind": "shard", "package": "demo", "recipe": "recipes/demo.toml", "cell": cell,
         "python": "3.11", "cuda": "13.0", "torch": "2.9", "platform": "linux-x86_64",
         "runs_on": "ubuntu-24.04", "cache": "ccache",
+        "container": "nvidia/cuda:13.0.1-devel-ubuntu24.04@sha256:"
+                     "7d2f6a8c2071d911524f95061a0db363e24d27aa51ec831fcccf9e76eb72bc92",
         "shard_index": 2, "shard_count": 3, "shard_filter": "seat",
         "archive": f"{cell}-shard-2-of-3.tar.gz", "artifact": f"shard-{cell}-2-of-3",
     }
@@ -481,6 +483,8 @@ def test_json_document_shape(tmp_path: Path) -> None:
         "kind": "link", "package": "demo", "recipe": "recipes/demo.toml", "cell": cell,
         "python": "3.11", "cuda": "13.0", "torch": "2.9", "platform": "linux-x86_64",
         "runs_on": "ubuntu-24.04", "cache": "ccache", "shard_count": 3,
+        "container": "nvidia/cuda:13.0.1-devel-ubuntu24.04@sha256:"
+                     "7d2f6a8c2071d911524f95061a0db363e24d27aa51ec831fcccf9e76eb72bc92",
         "shard_filter": "seat", "artifact_pattern": f"shard-{cell}-*-of-3",
         "wheel_artifact": f"wheel-{cell}",
         "needs": [f"shard-demo-py3_11-cu13_0-torch2_9-linux-x86_64-{i}-of-3" for i in range(3)],
@@ -492,6 +496,7 @@ def test_json_document_shape(tmp_path: Path) -> None:
         "kind": "build", "package": "demo", "recipe": "recipes/demo.toml", "cell": win,
         "python": "3.11", "cuda": "12.8", "torch": "2.9", "platform": "windows-amd64",
         "runs_on": "windows-2022", "cache": "sccache", "wheel_artifact": f"wheel-{win}",
+        "container": "",  # GitHub runs no Linux container on Windows runners
     }
 
 

@@ -17,9 +17,10 @@
     }
 
 Every entry has ``id name kind package recipe cell python cuda torch platform runs_on
-cache``; shard entries add ``shard_index shard_count shard_filter archive artifact``;
-link entries add ``shard_count shard_filter artifact_pattern wheel_artifact needs``;
-build entries add ``wheel_artifact``.
+container cache`` (``container``: the CUDA lane's pinned toolkit image, or empty); shard
+entries add ``shard_index shard_count shard_filter archive artifact``; link entries add
+``shard_count shard_filter artifact_pattern wheel_artifact needs``; build entries add
+``wheel_artifact``.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from rich.table import Table
 from wheelkiln.cells import shard_archive, shard_artifact, shard_artifact_pattern
 from wheelkiln.matrix import naming
 from wheelkiln.matrix.filters import GITHUB_MATRIX_CAP
-from wheelkiln.matrix.github import runner_for
+from wheelkiln.matrix.github import container_for, runner_for
 from wheelkiln.matrix.jobs import Job, MatrixPlan
 
 SCHEMA: Final = 1
@@ -54,6 +55,7 @@ def job_entry(job: Job) -> dict[str, Any]:
         "cell": job.cell_id,
         **axes,
         "runs_on": runner_for(axes["platform"]),
+        "container": container_for(axes["platform"], axes["cuda"]),
         "cache": job.cache,
     }
     if job.kind == "shard":
