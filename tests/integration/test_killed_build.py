@@ -124,6 +124,10 @@ def test_kill_9_of_kiln_build_leaves_no_compile_beside_the_next_build(tmp_path: 
         if first.poll() is None:
             first.kill()
             first.wait()
+        # Not communicate(): the orphans this test is about still hold the pipes.
+        for pipe in (first.stdout, first.stderr):
+            if pipe is not None:
+                pipe.close()
     try:
         time.sleep(0.5)  # pip, killed with kiln, has no more say
         assert alive(backend) and alive(compile_), "the orphans this test is about"

@@ -46,6 +46,8 @@ def holder_process(tmp_path: Path):
     if proc.poll() is None:
         proc.kill()
     proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()  # wait() leaves the pipe open; communicate() could wait on a grandchild
 
 
 def test_second_lock_sees_the_holder_and_cannot_take_it(tmp_path: Path) -> None:

@@ -148,6 +148,8 @@ def test_killing_a_writer_mid_append_keeps_every_earlier_record(tmp_path: Path) 
     assert proc.stdout.readline().strip() == "torn"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()  # wait() leaves the pipe open
     records, warnings = store.read(path)
     assert [r["n"] for r in records] == [0, 1, 2, 3, 4]
     assert len(warnings) == 1 and "line 6" in warnings[0]

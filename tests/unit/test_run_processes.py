@@ -93,6 +93,8 @@ def build(tmp_path: Path) -> Iterator[Build]:
     if proc.poll() is None:
         proc.kill()
     proc.wait()
+    assert proc.stdout is not None
+    proc.stdout.close()  # wait() leaves the pipe open; communicate() could wait on a grandchild
     for pid in (shell, compiler):
         if alive(pid):
             os.kill(pid, signal.SIGKILL)
