@@ -13,7 +13,6 @@ from wheelkiln.shard.partition import shard_of
 from wheelkiln.shard.source_filter import (
     _unlink_inside,
     apply_source_partition,
-    seat_active_in,
 )
 
 KERNELS = [f"csrc/kernels/gen/k{n:02d}_sm80.cu" for n in range(30)]
@@ -136,9 +135,3 @@ def test_bad_index_or_tree(tmp_path: Path) -> None:
         apply_source_partition(tmp_path, ["*.cu"], 2, 2)
     with pytest.raises(ValueError, match="not a directory"):
         apply_source_partition(tmp_path / "missing", ["*.cu"], 0, 2)
-
-
-def test_seat_active_in() -> None:
-    assert seat_active_in({"KILN_SHARD_COUNT": "4"})
-    assert not seat_active_in({"KILN_SHARD_COUNT": " "})
-    assert not seat_active_in({})

@@ -119,9 +119,3 @@ def apply_source_partition(
             _unlink_inside(tree, key)
             deleted.append(key)
     return SourcePartitionResult(kept=kept, deleted=deleted)
-
-
-def seat_active_in(environ: Mapping[str, str] | None = None) -> bool:
-    """True when *environ* (default: this process's) configures the seat partition."""
-    env = os.environ if environ is None else environ
-    return bool(env.get("KILN_SHARD_COUNT", "").strip())

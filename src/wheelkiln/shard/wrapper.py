@@ -51,14 +51,14 @@ import sys
 import time
 
 SRC_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-"""The ``src`` directory holding the ``wheelkiln`` package."""
+"""The ``src`` directory holding the ``wheelkiln`` package. per_tu.py has the same value,
+but this one is needed before the package is importable (run by path, below)."""
 
 if __name__ == "__main__":  # run by path: make the package importable, nothing else
     sys.path[0] = SRC_DIR
 
 from wheelkiln import compiler_args  # noqa: E402  (after the sys.path fix above)
 from wheelkiln.cache import launch  # noqa: E402
-from wheelkiln.compiler_args import PROBE_MARKERS  # noqa: E402
 from wheelkiln.shard import partition  # noqa: E402
 
 TYPE_CHECKING = False
@@ -250,7 +250,7 @@ def decide(
         tu = partition.tu_key(parsed.sources[0], config.package_root, cwd, config.build_dir)
 
     paths = [*parsed.sources, raw_output or "", cwd]
-    if any(marker in path for path in paths for marker in PROBE_MARKERS):
+    if any(marker in path for path in paths for marker in compiler_args.PROBE_MARKERS):
         return Decision("probe", parsed, tu, output)
     if parsed.is_tu and (parsed.sources[0] in _NOT_A_FILE or (raw_output or "") in _NOT_A_FILE):
         # `-c x.c -o /dev/null` or source on stdin: a check whose answer is its exit code
