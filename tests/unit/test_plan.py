@@ -182,3 +182,11 @@ def test_a_census_pass_lists_stubbed_tus_and_one_real_compile_sets_the_unit(
     assert by_key["k/c.cu"].seconds == pytest.approx(model.estimate("cuda", 3000, 2) * scale)
     assert census.fixed_seconds == 20.0
     assert census.notes == ("the cost model's unit set by compiling for real: k/b.cu 30.0 s",)
+
+
+def test_without_a_fixed_cost_or_a_family_the_recipes_n_is_kept() -> None:
+    tus = tuple(CensusTU(f"t{i}.c", None, 1.0, measured=False) for i in range(8))
+    census = Census(tus, "static scan", None, "not measured")
+    plan = make_plan(census, range(1, 9), jobs=2, sharded_cells=1, whole_cells=0, recipe_count=3)
+    assert plan.recommended == 3
+    assert plan.reason.startswith("the recipe's own N: the fixed cost of a job is unknown")

@@ -181,6 +181,7 @@ def make_plan(
     sharded_cells: int,
     whole_cells: int,
     cap: int = MATRIX_CAP,
+    recipe_count: int | None = None,
 ) -> Plan:
     """The plan for each N of ``counts``; ``jobs`` is the parallel compiles of one job."""
     costs = census.costs()
@@ -230,7 +231,7 @@ def make_plan(
     if sizes:
         family = min(sizes, key=lambda name: (sizes[name], name))
         ceiling = Ceiling(family, sizes[family])
-    recommended, reason = recommend(candidates, ceiling, fixed is not None, cap)
+    recommended, reason = recommend(candidates, ceiling, fixed is not None, cap, recipe_count)
     return Plan(
         census,
         jobs,
@@ -244,11 +245,24 @@ def make_plan(
 
 
 def recommend(
-    candidates: Sequence[Candidate], ceiling: Ceiling | None, fixed_known: bool, cap: int
+    candidates: Sequence[Candidate],
+    ceiling: Ceiling | None,
+    fixed_known: bool,
+    cap: int,
+    recipe_count: int | None = None,
 ) -> tuple[int, str]:
     """The smallest N whose predicted critical path is within :data:`GOOD_ENOUGH` of the
     fastest N that fits the matrix cap, and why."""
     fitting = [c for c in candidates if c.fits_cap]
+    if not fixed_known and ceiling is None and recipe_count is not None:
+        # Compiles alone always favour the most shards: nothing to choose by.
+        kept = [c for c in fitting if c.count == recipe_count]
+        if kept:
+            return recipe_count, (
+                "the recipe's own N: the fixed cost of a job is unknown and no family sets "
+                "a ceiling, so the compiles alone would always favour more shards; plan "
+                "without --static to measure it"
+            )
     bounded = ""
     if not fixed_known and ceiling is not None:
         # Compiles alone always favour more shards; without the fixed cost that pays for

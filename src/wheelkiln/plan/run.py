@@ -104,6 +104,7 @@ def plan_recipe(
         jobs=resolved,
         sharded_cells=sharded,
         whole_cells=len(cells) - sharded,
+        recipe_count=sharding.count,
     )
     return loaded, plan, lint
 
