@@ -57,15 +57,33 @@ def test_json_report_round_trips() -> None:
     assert {r["ratio"] for r in data["ratios"]} == {"cold/warm", "cold/hot", "warm/hot"}
 
 
-def test_html_plots_every_run_and_is_well_formed() -> None:
+def _page_root(page: str) -> Any:
     import xml.etree.ElementTree as ET
 
-    page = render_html(summarize([*RECORDS, rec("frozen*", 400.0)]), source="<s>")
     body = page.split("<body>", 1)[1].removesuffix("</body></html>\n")
-    root = ET.fromstring(f"<div>{body}</div>")  # well-formed, every value escaped
-    circles = root.findall(".//circle")
-    assert len(circles) == 6  # five successful runs plus frozen*; the failed warm is no point
+    return ET.fromstring(f"<div>{body}</div>")  # well-formed, every value escaped
+
+
+def _points(root: Any) -> list[Any]:
+    """The point marks of every plot: vl-convert draws each as a path in the symbol
+    mark group."""
+    return [path for group in root.iter("{http://www.w3.org/2000/svg}g")
+            if group.get("class", "").startswith("mark-symbol role-mark")
+            for path in group.findall("{http://www.w3.org/2000/svg}path")]
+
+
+def test_html_plots_every_run_and_shows_frozen_star_out_of_every_ratio() -> None:
+    page = render_html(summarize([*RECORDS, rec("frozen*", 400.0)]), source="<s>")
+    root = _page_root(page)
+    assert len(_points(root)) == 6  # five successful runs plus frozen*; the failed warm is no point
     assert "&lt;s&gt;" in page and "cold/hot" in page
+    assert "<script" not in page and "http" not in page.replace("http://www.w3.org/", "")
+    # frozen* is drawn (grey, its own row), marked in the table, and in no ratio.
+    assert "frozen* (n=1)" in page and "out of every ratio" in page
+    rows = [tr for tr in root.iter("tr") if tr.get("class") == "frozen-star"]
+    assert len(rows) == 1 and rows[0].find("td").text == "frozen*"
+    assert "frozen" not in " ".join(td.text or "" for table in root.iter("table")
+                                    for td in table.iter("td") if "/" in (td.text or ""))
     assert render_html(summarize([])).count("No bench records") == 1
 
 
@@ -78,24 +96,26 @@ EXTREME_WALLS = {
 
 @pytest.mark.parametrize("case", sorted(EXTREME_WALLS))
 def test_every_format_renders_extreme_walls(case: str) -> None:
-    """A store anyone can edit may hold any number: every format still renders, the plot
-    stays inside its box, and the JSON stays JSON."""
+    """A store anyone can edit may hold any number: every format still renders, the
+    points stay inside the plot, a run with no place on a log axis is said to be left
+    out, and the JSON stays JSON."""
     import math
     import re
-    import xml.etree.ElementTree as ET
+
+    from wheelkiln.bench.report import PLOT_WIDTH
 
     walls = EXTREME_WALLS[case]
     summary = summarize([rec("cold", wall) for wall in walls] + [rec("hot", 1.0)])
     page = render_html(summary)
-    body = page.split("<body>", 1)[1].removesuffix("</body></html>\n")
-    root = ET.fromstring(f"<div>{body}</div>")
-    svg = root.find(".//svg")
-    assert svg is not None
-    width = float(svg.get("width", "0"))
-    coordinates = [float(v) for v in re.findall(r' (?:cx|x1|x2|x)="([^"]*)"', body)]
-    assert coordinates and all(0 <= value <= width for value in coordinates), coordinates
-    drawn = [wall for wall in walls if not math.isnan(wall)]
-    assert len(root.findall(".//circle")) == len(drawn) + 1
+    root = _page_root(page)
+    drawn = [wall for wall in walls if math.isfinite(wall) and wall > 0]
+    points = _points(root)
+    assert len(points) == len(drawn) + 1
+    for point in points:
+        x = float(re.match(r"translate\(([^,]+),", point.get("transform")).group(1))
+        assert 0 <= x <= PLOT_WIDTH, x
+    undrawn = len([w for w in walls if not math.isnan(w)]) - len(drawn)
+    assert (f"{undrawn} run(s) with a wall time that has no place" in page) == (undrawn > 0)
     data = json.loads(render_json(summary), parse_constant=lambda token: pytest.fail(token))
     assert {g["scenario"] for g in data["groups"]} == {"cold", "hot"}
     assert "| cold |" in render_markdown(summary)

@@ -1,5 +1,6 @@
 """Rendering a bench summary: Markdown tables for docs, JSON for tools, and a
-self-contained HTML page (inline SVG, no scripts) with every run as a point.
+self-contained HTML page (Vega-Lite plots rendered to inline SVG, no scripts; see
+:mod:`wheelkiln.plots`) with every run as a point.
 
 Rendering is the only thing here; the numbers come from :mod:`wheelkiln.bench.stats`.
 """
@@ -153,127 +154,87 @@ def summary_json(
     }
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON has no inf or nan (Python would write the invalid tokens ``Infinity`` and
     ``NaN``): a non-finite number becomes null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
+        return {key: json_safe(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [_json_safe(item) for item in value]
+        return [json_safe(item) for item in value]
     return value
 
 
 def render_json(summary: Summary, *, source: str = "", warnings: list[str] | None = None) -> str:
-    data = _json_safe(summary_json(summary, source=source, warnings=warnings))
+    data = json_safe(summary_json(summary, source=source, warnings=warnings))
     return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 # --- HTML -------------------------------------------------------------------------------
 
-_CSS = """
-body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:980px;color:#222}
-table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{padding:2px 10px;border-bottom:1px solid #ddd}
-th{text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
-h2{font-size:16px;margin-top:2em}.note{color:#666}svg text{font:12px system-ui,sans-serif}
-"""
-_PLOT_WIDTH, _LABEL_WIDTH, _ROW = 760, 150, 26
+POINT_COLORS = {"in ratios": "#1f77b4", "out of every ratio": "#9e9e9e"}
+PLOT_WIDTH = 640
 
 
-_MAX_TICK_DECADES = 12
-_TICK_RANGE = (-300, 300)
-"""Decades that get a tick label: 10.0**e overflows past 308."""
+def _drawable(wall: float) -> bool:
+    """A log axis has room for finite positive values only."""
+    return math.isfinite(wall) and wall > 0
 
 
-def _ticks(log_low: float, log_high: float) -> list[tuple[float, float]]:
-    """(log10 position, value) of the 1-2-5 ticks in range; with many decades, one tick
-    every few decades so the axis stays legible."""
-    first = max(math.floor(log_low), _TICK_RANGE[0])
-    last = min(math.ceil(log_high), _TICK_RANGE[1])
-    every = max(1, math.ceil((last - first) / _MAX_TICK_DECADES))
-    mantissas = (1, 2, 5) if every == 1 else (1,)
-    ticks = []
-    for exponent in range(first, last + 1, every):
-        for mantissa in mantissas:
-            position = exponent + math.log10(mantissa)
-            if log_low <= position <= log_high:
-                ticks.append((position, mantissa * 10.0**exponent))
-    return ticks
+def _chart(groups: list[GroupStats]) -> Any:
+    """One row per scenario: every successful run a point on a log time axis, the median
+    a red tick. Rows that stay out of every ratio (frozen*) are grey."""
+    import altair as alt
+
+    from wheelkiln.plots import inline_data
+
+    labels = [f"{g.key.scenario} (n={g.n})" for g in groups]
+    points: list[dict[str, Any]] = [
+        {"scenario": label, "wall": wall, "seconds": seconds(wall),
+         "kind": "in ratios" if group.in_ratios else "out of every ratio"}
+        for group, label in zip(groups, labels, strict=True)
+        for wall in group.walls if _drawable(wall)
+    ]
+    medians: list[dict[str, Any]] = [
+        {"scenario": label, "wall": group.median_wall}
+        for group, label in zip(groups, labels, strict=True)
+        if group.median_wall is not None and _drawable(group.median_wall)
+    ]
+    y = alt.Y("scenario:N", sort=labels, title=None, axis=alt.Axis(labelLimit=220))
+    # Padding in pixels keeps the extreme runs off the frame, whatever their values.
+    x = alt.X("wall:Q", title="wall seconds (log)",
+              scale=alt.Scale(type="log", nice=False, padding=14))
+    kinds: list[str] = sorted({str(p["kind"]) for p in points}) or ["in ratios"]
+    dots = alt.Chart(inline_data(points)).mark_circle(size=70, opacity=0.6).encode(
+        x=x, y=y, color=alt.Color("kind:N", title=None, legend=alt.Legend(orient="top"),
+                                  scale=alt.Scale(domain=kinds,
+                                                  range=[POINT_COLORS[k] for k in kinds])))
+    ticks = alt.Chart(inline_data(medians)).mark_tick(
+        color="#d62728", thickness=2, size=20).encode(x=x, y=y)
+    return (dots + ticks).properties(width=PLOT_WIDTH, height=34 * len(groups))
 
 
-def _plot(groups: list[GroupStats]) -> str:
-    """One row per scenario, every run a dot on a log time axis, the median a bar.
-
-    The axis is computed in log10 space, so any finite positive wall fits (1e-300 s and
-    1e308 s on one axis). A run at zero or below sits at the left edge, an infinite one
-    at the right edge; a nan has no place on an axis and is not drawn.
-    """
-    walls = [w for g in groups for w in g.walls if math.isfinite(w) and w > 0]
-    if not walls:
-        return ""
-    margin = math.log10(1.3)
-    log_low, log_high = math.log10(min(walls)) - margin, math.log10(max(walls)) + margin
-    span = log_high - log_low
-    inner = _PLOT_WIDTH - _LABEL_WIDTH - 20
-
-    def x_at(position: float) -> float:
-        return _LABEL_WIDTH + inner * (min(max(position, log_low), log_high) - log_low) / span
-
-    def x(value: float) -> float:
-        if value == math.inf:
-            return x_at(log_high)
-        return x_at(math.log10(value) if value > 0 else log_low)
-
-    height = _ROW * len(groups) + 30
-    parts = [f'<svg width="{_PLOT_WIDTH}" height="{height}" role="img">']
-    for position, tick in _ticks(log_low, log_high):
-        parts.append(f'<line x1="{x_at(position):.1f}" x2="{x_at(position):.1f}" y1="0" '
-                     f'y2="{height - 20}" stroke="#eee"/>')
-        parts.append(f'<text x="{x_at(position):.1f}" y="{height - 5}" text-anchor="middle">'
-                     f"{html.escape(seconds(tick))}</text>")
-    for row, group in enumerate(groups):
-        y = _ROW * row + _ROW / 2
-        color = "#999" if not group.in_ratios else "#1f77b4"
-        label = f"{group.key.scenario} (n={group.n})"
-        parts.append(f'<text x="0" y="{y + 4:.1f}">{html.escape(label)}</text>')
-        for wall in group.walls:
-            if math.isnan(wall):
-                continue
-            parts.append(f'<circle cx="{x(wall):.1f}" cy="{y:.1f}" r="4" fill="{color}" '
-                         f'fill-opacity=".55"><title>{html.escape(seconds(wall))}</title></circle>')
-        if group.median_wall is not None and not math.isnan(group.median_wall):
-            mx = x(group.median_wall)
-            parts.append(f'<line x1="{mx:.1f}" x2="{mx:.1f}" y1="{y - 9:.1f}" y2="{y + 9:.1f}" '
-                         f'stroke="#d62728" stroke-width="2"><title>median '
-                         f"{html.escape(seconds(group.median_wall))}</title></line>")
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def _html_table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(
-            f'<td class="n">{html.escape(v)}</td>' if c in RIGHT else f"<td>{html.escape(v)}</td>"
-            for c, v in zip(columns, row, strict=True)
-        ) + "</tr>"
-        for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
+def _undrawn(groups: list[GroupStats]) -> int:
+    return sum(1 for g in groups for wall in g.walls if not _drawable(wall))
 
 
 def render_html(summary: Summary, *, source: str = "") -> str:
-    parts = ["<!doctype html><html><head><meta charset=\"utf-8\"><title>kiln bench</title>",
-             f"<style>{_CSS}</style></head><body><h1>Bench results</h1>"]
+    """The bench page: per (target, builder, arch, jobs, shards), every run as a point
+    with the median and n, the table of medians and the ratios of that key."""
+    from wheelkiln.plots import html_page, html_table, plot_block
+
+    parts = ["<h1>Bench results</h1>"]
     if not summary.groups:
         parts.append(f"<p>No bench records{html.escape(f' in {source}' if source else '')}.</p>")
-        return "".join(parts) + "</body></html>\n"
+        return html_page("kiln bench", "".join(parts))
     parts.append(
         f'<p class="note">{summary.records} run(s){html.escape(f" from {source}" if source else "")}.'
-        " Every dot is one run (log time axis), the red bar the median; grey rows "
-        "(frozen*, or no successful run) stay out of every ratio. Wall is the whole build "
-        "step. Ratios only within one target, builder, arch, jobs and shards.</p>"
+        " Every dot is one run (log time axis), the red tick the median, n the successful "
+        "runs it is taken over. Wall is the whole build step. Ratios only within one target, "
+        'builder, arch, jobs and shards. <span class="badge frozen-star">frozen*</span> a '
+        "frozen run in which a cache could not be emptied: shown in grey, left out of every "
+        "ratio.</p>"
     )
     ratios_by_condition = {
         condition: list(items)
@@ -284,9 +245,18 @@ def render_html(summary: Summary, *, source: str = "") -> str:
         title = (f"{condition.target} · {condition.builder} · {condition.arch} · "
                  f"{condition.jobs} jobs · {condition.shards} shard(s)")
         parts.append(f"<h2>{html.escape(title)}</h2>")
-        parts.append(_plot(groups))
-        parts.append(_html_table(GROUP_COLUMNS[5:], [_group_row(g)[5:] for g in groups]))
+        if any(_drawable(w) for g in groups for w in g.walls):
+            parts.append(plot_block(_chart(groups), f"every run of {title}"))
+        undrawn = _undrawn(groups)
+        if undrawn:
+            parts.append(f'<p class="note">{undrawn} run(s) with a wall time that has no place '
+                         "on a log axis (zero, negative, infinite or not a number) are not "
+                         "drawn; the table counts them.</p>")
+        parts.append(html_table(
+            list(GROUP_COLUMNS[5:]), [_group_row(g)[5:] for g in groups], numeric=RIGHT,
+            row_classes=["frozen-star" if g.key.scenario.endswith("*") else "" for g in groups]))
         ratios = ratios_by_condition.get(condition, [])
         if ratios:
-            parts.append(_html_table(RATIO_COLUMNS[5:], [_ratio_row(r)[5:] for r in ratios]))
-    return "".join(parts) + "</body></html>\n"
+            parts.append(html_table(list(RATIO_COLUMNS[5:]), [_ratio_row(r)[5:] for r in ratios],
+                                    numeric=RIGHT))
+    return html_page("kiln bench", "".join(parts))

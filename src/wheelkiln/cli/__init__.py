@@ -12,6 +12,7 @@ import click
 from wheelkiln import ui
 from wheelkiln.cli.bench import bench_group
 from wheelkiln.cli.build import build
+from wheelkiln.cli.fleet import fleet_group
 from wheelkiln.cli.matrix import ci_group, matrix_command
 from wheelkiln.cli.options import CONTEXT
 from wheelkiln.cli.plan import lint_command, plan_command, timeline_command
@@ -45,6 +46,7 @@ for _command in (
     lint_command,
     plan_command,
     timeline_command,
+    fleet_group,
 ):
     cli.add_command(_command)
 

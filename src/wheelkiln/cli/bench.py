@@ -38,7 +38,8 @@ class _DefaultRunGroup(click.Group):
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage(
-            ctx.command_path, "TARGET [--scenario ...] [OPTIONS]  |  report [OPTIONS]"
+            ctx.command_path,
+            "TARGET [--scenario ...] [OPTIONS]  |  report [OPTIONS]  |  publish [OPTIONS]",
         )
 
 
@@ -49,6 +50,7 @@ def bench_group() -> None:
     \b
       kiln bench TARGET --scenario cold|warm|hot|frozen|all|everything [OPTIONS]
       kiln bench report [--format md|json|html] [--target NAME] [--out FILE]
+      kiln bench publish [--branch gh-pages] [--push]
 
     frozen ⊃ cold ⊃ warm ⊃ hot: cold is a fresh cache namespace with forced recache;
     warm moves SOURCE_DATE_EPOCH and must hit the cache for every TU (else it fails and
@@ -206,6 +208,40 @@ def bench_report(
         ui.info(escape(f"Wrote {out_path}"))
     else:
         click.echo(text, nl=False)
+
+
+@bench_group.command(
+    "publish", context_settings=CONTEXT,
+    short_help="Medians into data/bench/ on the docs branch (bench.json, index.html).",
+)
+@click.option("--branch", default="gh-pages", show_default=True, help="The docs branch.")
+@click.option("--push", is_flag=True, help="Push the docs branch to origin after committing.")
+@click.option("--store", "store_path", type=click.Path(path_type=Path),
+              help="Results store (default: $KILN_STATE_HOME/results.jsonl).")
+@click.option("--repo", type=click.Path(path_type=Path, file_okay=False),
+              help="The repository (default: the one around the current directory).")
+@click.option("--json", "as_json", is_flag=True, help="Print what was published as JSON.")
+def bench_publish(branch: str, push: bool, store_path: Path | None, repo: Path | None,
+                  as_json: bool) -> None:
+    """Aggregate the results store into data/bench/bench.json and data/bench/index.html on
+    the docs branch, through a worktree of its own: the current branch and its work tree
+    are never touched. Without --push the commit stays local; publishing an unchanged
+    store commits nothing.
+    """
+    from wheelkiln.bench import store
+    from wheelkiln.bench.publish import publish_bench
+    from wheelkiln.docs_branch import repository_root
+
+    root = repository_root(repo or Path.cwd())
+    path = store_path or store.default_store_path()
+    with ui.step(f"Publishing {path} to {branch}"):
+        result = publish_bench(path, repo=root, branch=branch, push=push)
+    what = (f"committed {result.commit[:12]}" if result.commit
+            else "nothing changed, nothing committed")
+    ui.info(escape(f"{branch}:{result.path} ({result.records} records): {what}"
+                   + ("; pushed" if result.pushed else "; not pushed (--push pushes)")))
+    if as_json:
+        emit_json(result.as_json())
 
 
 def produce_report(path: Path, targets: tuple[str, ...] | list[str], fmt: str) -> str:
