@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import Kiln
+from tests.projects import setup_py_only
 
 SETUP_PY = '''
 import json, os
@@ -21,20 +22,15 @@ with open(os.path.join("envseen", "__init__.py"), "w") as handle:
     handle.write("SEEN = %r\\n" % json.dumps({name: os.environ.get(name) for name in names}))
 setup(name="envseen", version="0.1", packages=["envseen"])
 '''
+PROJECT = setup_py_only("envseen", SETUP_PY)
 
 
 def test_build_sees_placeholders_jobs_and_no_foreign_cache_settings(
     kiln: Kiln, tmp_path: Path, installed: Any
 ) -> None:
-    tree = tmp_path / "envseen"
-    tree.mkdir()
-    (tree / "setup.py").write_text(SETUP_PY)
-    recipe = tmp_path / "envseen.toml"
-    recipe.write_text(
-        f'name = "envseen"\n[source]\npath = "{tree}"\n[build]\n'
-        'env = { NCCL_ROOT = "{site_packages}/nvidia/nccl", ENV_ROOT = "{build_env}", '
-        'MAX_JOBS = "7" }\n'
-    )
+    _, recipe = PROJECT.generate(tmp_path, build={"env": {
+        "NCCL_ROOT": "{site_packages}/nvidia/nccl", "ENV_ROOT": "{build_env}", "MAX_JOBS": "7",
+    }})  # fmt: skip
     result = kiln(
         "build", recipe, "--jobs", "3", "--out", tmp_path / "out", "--workdir", tmp_path / "w",
         "--cache-dir", tmp_path / "cache", "--no-wheel-cache", "--json",
@@ -56,14 +52,7 @@ def test_build_sees_placeholders_jobs_and_no_foreign_cache_settings(
 
 
 def test_an_unknown_placeholder_is_a_recipe_error(kiln: Kiln, tmp_path: Path) -> None:
-    tree = tmp_path / "envseen"
-    tree.mkdir()
-    (tree / "setup.py").write_text(SETUP_PY)
-    recipe = tmp_path / "envseen.toml"
-    recipe.write_text(
-        f'name = "envseen"\n[source]\npath = "{tree}"\n[build]\n'
-        'env = { NCCL_ROOT = "{buildenv}/nccl" }\n'
-    )
+    _, recipe = PROJECT.generate(tmp_path, build={"env": {"NCCL_ROOT": "{buildenv}/nccl"}})
     result = kiln("build", recipe, "--workdir", tmp_path / "w", "--no-wheel-cache", check=False)
     assert result.returncode == 2
     assert f"{recipe}: build.env.NCCL_ROOT uses the placeholder {{buildenv}}" in result.stderr

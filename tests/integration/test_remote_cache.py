@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Kiln
+from tests.projects import c_extension
 from tests.servers import S3, Redis, WebDAV, dead_url, file_keys
 from wheelkiln.cache.backend import CacheConfig, CacheStats, scrub_cache_settings
 from wheelkiln.cache.registry import make_backend
@@ -29,44 +30,18 @@ pytestmark = pytest.mark.compile
 TUS = 4
 
 
+PROJECT = c_extension("remote-demo", tus=TUS)
+"""A setuptools package whose one extension module is built from four C TUs."""
+
+
 def write_package(root: Path) -> Path:
-    """A setuptools package whose one extension module is built from four C TUs."""
-    tree = root / "remote-demo"
-    src = tree / "src"
-    (src / "remote_demo").mkdir(parents=True)
-    (src / "remote_demo" / "__init__.py").write_text("from remote_demo._core import total\n")
-    (tree / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
-        '[project]\nname = "remote-demo"\nversion = "0.1"\n'
-    )
-    parts = [f"src/part{i}.c" for i in range(1, TUS)]
-    (tree / "setup.py").write_text(
-        "from setuptools import setup, Extension\n"
-        f"setup(ext_modules=[Extension('remote_demo._core', ['src/core.c', *{parts!r}])],\n"
-        "      packages=['remote_demo'], package_dir={'': 'src'})\n"
-    )
-    for i in range(1, TUS):
-        (src / f"part{i}.c").write_text(f"int part{i}(void) {{ return {i * 10}; }}\n")
-    declarations = "".join(f"int part{i}(void);\n" for i in range(1, TUS))
-    total = " + ".join(f"part{i}()" for i in range(1, TUS))
-    (src / "core.c").write_text(
-        "#include <Python.h>\n" + declarations
-        + f"static PyObject *total(PyObject *m, PyObject *a) {{ return PyLong_FromLong({total}); }}\n"
-        "static PyMethodDef methods[] = {{\"total\", total, METH_NOARGS, 0}, {0}};\n"
-        "static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, \"_core\", 0, -1, methods};\n"
-        "PyMODINIT_FUNC PyInit__core(void) { return PyModule_Create(&module); }\n"
-    )
-    return tree
+    return PROJECT.write_tree(root)
 
 
 def write_recipe(tree: Path, backend: str, remote: str) -> Path:
-    recipe = tree.parent / "remote-demo.toml"
-    recipe.write_text(
-        f'name = "remote-demo"\n[source]\npath = "{tree}"\n'
-        f'[cache]\nbackend = "{backend}"\nremote = "{remote}"\n'
-        "[sharding]\ncount = 1\n"
+    return PROJECT.write_recipe(
+        tree, cache={"backend": backend, "remote": remote}, sharding={"count": 1}
     )
-    return recipe
 
 
 def build(kiln: Kiln, place: Path, backend: str, remote: str, namespace: str,
