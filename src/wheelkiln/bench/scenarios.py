@@ -184,15 +184,30 @@ def _pip_cache_dir(cell: Cell) -> tuple[Path | None, str | None]:
     return None, last
 
 
+def _uv_cache_dir() -> tuple[Path | None, str | None]:
+    """uv's cache directory, where uv makes the build environments; (None, None) without uv."""
+    from wheelkiln.builder.environment import choose_installer
+
+    installer = choose_installer()
+    if installer.uv is None:
+        return None, None
+    done = run.run([installer.uv, "cache", "dir"], check=False)
+    text = done.output.strip()
+    if done.returncode == 0 and text:
+        return Path(text.splitlines()[-1].strip()), None
+    return None, f"`{installer.uv} cache dir` failed: {text.splitlines()[-1] if text else '?'}"
+
+
 def empty_package_caches(cell: Cell) -> list[str]:
-    """Delete the build environments and pip's cache. Returns what could not be emptied."""
+    """Delete the build environments and pip's and uv's caches. Returns what could not be
+    emptied."""
     problems: list[str] = []
     targets: list[Path] = [envs_dir()]
-    pip_cache, problem = _pip_cache_dir(cell)
-    if problem:
-        problems.append(problem)
-    if pip_cache is not None:
-        targets.append(pip_cache)
+    for package_cache, problem in (_pip_cache_dir(cell), _uv_cache_dir()):
+        if problem:
+            problems.append(problem)
+        if package_cache is not None:
+            targets.append(package_cache)
     for target in targets:
         if not target.exists():
             continue
@@ -418,7 +433,7 @@ class _Bench:
         namespace = f"bench-{self.run_id}-{repeat + 1}" + ("-frozen" if frozen else "")
         emptied: list[str] = []
         if frozen:
-            with ui.step("Emptying build environments and pip's cache (frozen)",
+            with ui.step("Emptying build environments and pip's and uv's caches (frozen)",
                          quiet=self.settings.quiet):
                 emptied = self.hooks.empty_caches(self.cell)
             if emptied:
@@ -579,7 +594,7 @@ def validate(loaded: LoadedRecipe, settings: BenchSettings) -> None:
     if "frozen" in settings.scenarios and not settings.destructive:
         raise UsageError(
             "The frozen scenario deletes every build environment under "
-            f"{envs_dir()} and pip's cache.",
+            f"{envs_dir()} and pip's and uv's caches.",
             hint="Pass --destructive to allow it, or choose --scenario all.",
         )
     backend = settings.cache or loaded.recipe.cache.backend

@@ -13,7 +13,12 @@ from pathlib import Path
 
 from wheelkiln import run, ui
 from wheelkiln.builder.backend import backend_settings, frontend_arguments
-from wheelkiln.builder.environment import BuildEnvironment, ensure_environment, read_build_system
+from wheelkiln.builder.environment import (
+    BuildEnvironment,
+    ensure_environment,
+    frontend_requires,
+    read_build_system,
+)
 from wheelkiln.builder.job_env import (
     check_nvcc_flags,
     check_recipe_env,
@@ -150,9 +155,7 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
             options.prepare_tree(tree)
         digest = source_digest(tree, recipe.source.exclude)
         system = read_build_system(tree)
-        extra_requires = list(recipe.build.requires)
-        if recipe.build.frontend == "build":
-            extra_requires.append("build")
+        extra_requires = [*recipe.build.requires, *frontend_requires(recipe.build.frontend)]
         environment = ensure_environment(
             tree,
             cell.python,

@@ -3,29 +3,57 @@
 pip's isolated environments live under a random ``pip-build-env-*`` path. That path
 leaks into ``-I`` flags and into preprocessed output, so every build misses the cache
 (NVIDIA/cuda-python #2220 measured 0% preprocessor-mode hits). wheelkiln instead keeps
-one environment per (interpreter, requirements) under ``$KILN_HOME/envs/<key>`` and
-builds without pip's isolation. Deleting that directory is what "frozen" means.
+one environment per resolution under ``$KILN_HOME/envs/<key>`` and builds without
+pip's isolation. Deleting that directory is what "frozen" means.
+
+**One key, one environment.** The key is a digest of the interpreter (implementation,
+``sys.version``, machine) and of the *resolved lock*: every distribution the
+environment holds, ``name==version``, the backend's dynamic requirements
+(``get_requires_for_build_wheel``) resolved in. An environment is never changed after
+it is made, and nothing but its lock is in it (no seeded pip or setuptools), so two
+environments with one key hold the same distributions. The key holds no path, so it is
+the same across machines and runs wherever the resolution is.
+
+**uv where available** (PyPI ``uv``, a dependency of wheelkiln): one ``uv pip install``
+resolves and installs into a *relocatable* venv beside the environments, the hook runs
+there, ``uv pip freeze`` gives the lock, and the venv moves to its key (or is dropped
+when that environment is made already). That costs what plain uv costs
+(``benchmarks/bench_env.py``). Without uv, or with ``KILN_INSTALLER=pip``: pip resolves
+first (``--dry-run --report``), since its venvs cannot move, and installs the lock with
+``--no-deps`` into a venv made without pip at its key (``pip --python`` from a venv of
+its own).
+
+**Resolving once.** Resolving asks the index, too much for every hot build, so which
+environment a request (the interpreter, the requested requirements, the tree's build
+configuration, the installer) resolved to is kept beside the environments in
+``resolved/``. A request is resolved again when that directory is emptied: deleting
+``$KILN_HOME/envs`` (the frozen scenario) resolves and installs anew.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import shutil
 import sys
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from wheelkiln import run
-from wheelkiln.errors import BuildError, RecipeError, ToolNotFoundError
+from wheelkiln.errors import BuildError, RecipeError, ToolNotFoundError, UsageError
 
 DEFAULT_BACKEND = "setuptools.build_meta:__legacy__"
 DEFAULT_REQUIRES = ("setuptools>=40.8.0",)
+INSTALLER_VARIABLE = "KILN_INSTALLER"
+"""``uv`` (the default where uv is found) or ``pip``: which tool makes environments."""
+BUILD_CONFIG_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
+"""What a backend's dynamic requirements are read from, as far as kiln can tell."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +90,12 @@ def read_build_system(tree: Path) -> BuildSystem:
     )
 
 
+def frontend_requires(frontend: str) -> tuple[str, ...]:
+    """What the frontend itself needs in the environment: ``pip wheel`` needs pip, and
+    ``python -m build`` needs build (uv's venvs hold nothing of their own)."""
+    return ("build",) if frontend == "build" else ("pip",)
+
+
 @dataclass(frozen=True)
 class BuildEnvironment:
     """A ready environment: its interpreter and what was installed into it."""
@@ -78,6 +112,7 @@ class BuildEnvironment:
         return self.path / "bin"
 
     def frozen(self) -> str:
+        """The lock the environment was installed from (``name==version`` lines)."""
         record = self.path / "kiln-env.json"
         return str(json.loads(record.read_text()).get("freeze", "")) if record.exists() else ""
 
@@ -96,8 +131,16 @@ def interpreter_for(python_version: str) -> str:
     return os.path.realpath(found)
 
 
+@functools.cache
+def interpreter_identity(interpreter: str) -> str:
+    """What an environment's content depends on in its interpreter, without its path:
+    implementation, ``sys.version`` (release, build date, compiler) and machine."""
+    code = "import platform,sys;print(sys.implementation.name,sys.version,platform.machine())"
+    return " ".join(run.run([interpreter, "-c", code]).output.split())
+
+
 def environment_key(interpreter: str, requirements: Sequence[str]) -> str:
-    """Key the environment by the interpreter and the sorted requirement set."""
+    """Key a venv by the interpreter and the sorted *requested* set (smoke-test venvs)."""
     version = run.run([interpreter, "-c", "import sys;print(sys.version)"]).output.strip()
     blob = json.dumps(
         {"interpreter": interpreter, "version": version, "requires": sorted(set(requirements))}
@@ -105,14 +148,154 @@ def environment_key(interpreter: str, requirements: Sequence[str]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _pip_install(python: Path, requirements: Sequence[str], env: Mapping[str, str]) -> None:
-    if not requirements:
+# -- installers ---------------------------------------------------------------------------
+
+
+def find_uv() -> str | None:
+    """uv's binary: the ``uv`` package's, next to this interpreter, or on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        pass
+    beside = Path(sys.executable).parent / "uv"
+    if os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("uv")
+
+
+@dataclass(frozen=True)
+class Installer:
+    """The tool that resolves, makes venvs and installs: uv, or venv plus pip."""
+
+    name: Literal["uv", "pip"]
+    uv: str | None = None
+
+    def describe(self) -> str:
+        if self.uv is None:
+            return "pip"
+        return run.run([self.uv, "--version"]).output.strip()
+
+
+def choose_installer(environ: Mapping[str, str] | None = None) -> Installer:
+    """uv where it is found, unless ``KILN_INSTALLER=pip``; ``KILN_INSTALLER=uv`` without
+    uv is an error rather than a silent fallback."""
+    wanted = (environ if environ is not None else os.environ).get(INSTALLER_VARIABLE, "")
+    if wanted not in ("", "uv", "pip"):
+        raise UsageError(
+            f"{INSTALLER_VARIABLE}={wanted!r} is not an installer.",
+            hint=f"Set {INSTALLER_VARIABLE} to 'uv' or 'pip', or unset it (uv where found).",
+        )
+    if wanted == "pip":
+        return Installer("pip")
+    uv = find_uv()
+    if uv is None:
+        if wanted == "uv":
+            raise ToolNotFoundError(
+                f"{INSTALLER_VARIABLE}=uv, but no uv was found (the uv package, next to "
+                f"{sys.executable}, or on PATH).",
+                hint="Install wheelkiln with pip (it depends on uv), or unset KILN_INSTALLER.",
+            )
+        return Installer("pip")
+    return Installer("uv", uv)
+
+
+def normalize_lock(lines: Sequence[str]) -> str:
+    """One requirement per line, sorted, comments and options dropped: the same
+    resolution reads the same whichever tool wrote it."""
+    from packaging.utils import canonicalize_name
+
+    kept: set[str] = set()
+    for raw in lines:
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        name, sep, rest = line.partition("==")
+        kept.add(f"{canonicalize_name(name)}=={rest.strip()}" if sep else line)
+    return "".join(f"{line}\n" for line in sorted(kept))
+
+
+def _uv_env(env: Mapping[str, str]) -> dict[str, str]:
+    # uv reads VIRTUAL_ENV/CONDA_PREFIX to pick a target: every call names --python instead.
+    clean = {k: v for k, v in env.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    clean.setdefault("UV_NO_PROGRESS", "1")
+    return clean
+
+
+def _pip_tool(interpreter: str, envs_root: Path, env: Mapping[str, str]) -> Path:
+    """A pip to resolve and install with (pip's fallback): a venv of *interpreter*,
+    made once, whose pip installs into other environments with ``--python``."""
+    tool = envs_root / f".pip-{hashlib.sha256(interpreter.encode()).hexdigest()[:12]}"
+    python = tool / "bin" / "python"
+    with (envs_root / f"{tool.name}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not (tool / "kiln-tool").is_file():
+            shutil.rmtree(tool, ignore_errors=True)
+            run.run([interpreter, "-m", "venv", str(tool)], env=env, what="Creating pip's venv")
+            (tool / "kiln-tool").write_text("pip\n")
+    return python
+
+
+def _resolve_with_pip(
+    interpreter: str,
+    requirements: Sequence[str],
+    scratch: Path,
+    env: Mapping[str, str],
+    *,
+    envs_root: Path,
+) -> str:
+    """The normalized lock of *requirements* for *interpreter*, by pip's resolver
+    (``install --dry-run --report``; asks the index)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    wanted = scratch / "requested.txt"
+    wanted.write_text("".join(f"{req}\n" for req in requirements))
+    report = scratch / "report.json"
+    pip = _pip_tool(interpreter, envs_root, env)
+    run.run(
+        [str(pip), "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+         "--report", str(report), "-r", str(wanted)],
+        env=env, what="Resolving build requirements (pip)",
+    )  # fmt: skip
+    chosen = json.loads(report.read_text())["install"]
+    return normalize_lock(
+        [f"{item['metadata']['name']}=={item['metadata']['version']}" for item in chosen]
+    )
+
+
+def _install(
+    installer: Installer, interpreter: str, final: Path, lock: str, env: Mapping[str, str]
+) -> None:
+    """Make the venv at *final* and install exactly *lock* into it."""
+    lock_file = final / "kiln-lock.txt"
+    python = final / "bin" / "python"
+    if installer.uv is not None:
+        uv_env = _uv_env(env)
+        run.run(
+            [installer.uv, "venv", "--quiet", "--python", interpreter, str(final)],
+            cwd=final.parent, env=uv_env, what="Creating a build env (uv)",
+        )  # fmt: skip
+        lock_file.write_text(lock)
+        if lock:
+            run.run(
+                [installer.uv, "pip", "install", "--quiet", "--python", str(python),
+                 "--no-deps", "-r", str(lock_file)],
+                cwd=final.parent, env=uv_env, what="Installing build requirements (uv)",
+            )  # fmt: skip
         return
     run.run(
-        [str(python), "-m", "pip", "install", "--disable-pip-version-check", *requirements],
+        [interpreter, "-m", "venv", "--without-pip", str(final)],
         env=env,
-        what="Installing build requirements",
+        what="Creating a build env",
     )
+    lock_file.write_text(lock)
+    if lock:
+        pip = _pip_tool(interpreter, final.parent, env)
+        run.run(
+            [str(pip), "-m", "pip", "--python", str(python), "install", "--quiet",
+             "--disable-pip-version-check", "--no-deps", "-r", str(lock_file)],
+            env=env, what="Installing build requirements (pip)",
+        )  # fmt: skip
 
 
 def _hook_requirements(
@@ -140,6 +323,246 @@ def _hook_requirements(
     return list(caller.get_requires_for_build_wheel(dict(config_settings)))
 
 
+def _satisfied(requirement: str, lock: str) -> bool:
+    """Whether *lock* already pins a version *requirement* accepts (markers aside: a
+    requirement with one is resolved again, and the same lock gives the same key)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    try:
+        parsed = Requirement(requirement)
+    except InvalidRequirement:
+        return False
+    if parsed.marker is not None or parsed.url:
+        return False
+    name = canonicalize_name(parsed.name)
+    for line in lock.splitlines():
+        pinned, sep, version = line.partition("==")
+        if sep and pinned == name:
+            return parsed.specifier.contains(version, prereleases=True)
+    return False
+
+
+def lock_key(identity: str, lock: str) -> str:
+    """The environment key: the interpreter's identity and the lock, no path."""
+    blob = json.dumps({"python": identity, "lock": lock}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _request_key(
+    identity: str,
+    requested: Sequence[str],
+    tree: Path,
+    config_settings: Mapping[str, str],
+    installer: Installer,
+) -> str:
+    """What a lock is resolved from: the interpreter, the requested set (sorted, so its
+    order does not matter), the files the backend's hook reads and the installer (uv and
+    pip can resolve differently, e.g. pip reads pip.conf's constraints)."""
+    config = hashlib.sha256()
+    for name in BUILD_CONFIG_FILES:
+        path = tree / name
+        config.update(f"{name}\0".encode())
+        config.update(path.read_bytes() if path.is_file() else b"\0absent")
+    blob = json.dumps(
+        {
+            "python": identity,
+            "requested": sorted(set(requested)),
+            "config": config.hexdigest(),
+            "config_settings": dict(sorted(config_settings.items())),
+            "installer": installer.name,
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """A request's lock, kept in ``envs/resolved/<request>.json``."""
+
+    key: str
+    lock: str
+    dynamic: tuple[str, ...]
+
+
+def _read_resolution(path: Path) -> Resolution | None:
+    try:
+        data = json.loads(path.read_text())
+        return Resolution(str(data["key"]), str(data["lock"]), tuple(data["dynamic"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or damaged: resolved again
+
+
+def _is_complete(final: Path) -> bool:
+    # The record is written last; the interpreter a venv links to may have gone.
+    return (final / "kiln-env.json").is_file() and (final / "bin" / "python").exists()
+
+
+def _write_record(
+    final: Path, installer: Installer, interpreter: str, identity: str, lock: str,
+    requested: Sequence[str],
+) -> None:  # fmt: skip
+    record = {
+        "interpreter": interpreter,
+        "python": identity,
+        "installer": installer.describe(),
+        "requires": list(requested),
+        "freeze": lock,
+    }
+    (final / "kiln-env.json").write_text(json.dumps(record, indent=2))
+
+
+def _make_environment(
+    installer: Installer,
+    interpreter: str,
+    identity: str,
+    lock: str,
+    envs_root: Path,
+    env: Mapping[str, str],
+    requested: Sequence[str],
+) -> Path:
+    """The environment of *lock*, made once under its key's lock."""
+    key = lock_key(identity, lock)
+    final = envs_root / key
+    with (envs_root / f"{key}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if _is_complete(final):
+            return final
+        # A venv's scripts embed its path, so it is made in place; the record written
+        # last marks it complete, and a directory without one is a failed attempt.
+        shutil.rmtree(final, ignore_errors=True)
+        try:
+            _install(installer, interpreter, final, lock, env)
+        except BuildError:
+            shutil.rmtree(final, ignore_errors=True)
+            raise
+        _write_record(final, installer, interpreter, identity, lock, requested)
+        return final
+
+
+def _adopt(
+    staging: Path, installer: Installer, interpreter: str, identity: str, lock: str,
+    envs_root: Path, requested: Sequence[str],
+) -> Path:  # fmt: skip
+    """Move a staged relocatable environment to its key, unless that one is made."""
+    key = lock_key(identity, lock)
+    final = envs_root / key
+    with (envs_root / f"{key}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if _is_complete(final):
+            shutil.rmtree(staging, ignore_errors=True)
+            return final
+        shutil.rmtree(final, ignore_errors=True)
+        (staging / "kiln-lock.txt").write_text(lock)
+        staging.rename(final)
+        _write_record(final, installer, interpreter, identity, lock, requested)
+        return final
+
+
+def _stage_with_uv(
+    uv: str,
+    interpreter: str,
+    requested: Sequence[str],
+    staging: Path,
+    hook: Callable[[Path], list[str]],
+    env: Mapping[str, str],
+) -> tuple[str, list[str]]:
+    """Resolve and install in one uv pass into a relocatable venv at *staging*, run the
+    backend's hook there, and return the lock it holds and the dynamic requirements.
+
+    uv's relocatable venvs start their scripts relative to themselves, so the venv can
+    move to its key, which is known only once it is installed. This costs what plain
+    ``uv venv`` plus ``uv pip install`` cost, where resolving first and installing the
+    lock after asked the index twice.
+    """
+    uv_env = _uv_env(env)
+    python = staging / "bin" / "python"
+    shutil.rmtree(staging, ignore_errors=True)
+    run.run(
+        [uv, "venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)],
+        cwd=staging.parent, env=uv_env, what="Creating a build env (uv)",
+    )  # fmt: skip
+
+    def install(requirements: Sequence[str]) -> str:
+        wanted = staging / "kiln-requested.txt"
+        wanted.write_text("".join(f"{req}\n" for req in requirements))
+        if requirements:
+            run.run(
+                [uv, "pip", "install", "--quiet", "--python", str(python), "-r", str(wanted)],
+                cwd=staging.parent, env=uv_env, what="Installing build requirements (uv)",
+            )  # fmt: skip
+        wanted.unlink()
+        frozen = run.run([uv, "pip", "freeze", "--quiet", "--python", str(python)],
+                         cwd=staging.parent, env=uv_env).output  # fmt: skip
+        return normalize_lock(frozen.splitlines())
+
+    lock = install(requested)
+    dynamic = hook(python)
+    if not all(_satisfied(req, lock) for req in dynamic):
+        # The whole set again, so the resolver sees every requirement at once.
+        lock = install([*requested, *dynamic])
+    return lock, dynamic
+
+
+def _resolve_and_make_with_pip(
+    installer: Installer,
+    interpreter: str,
+    identity: str,
+    requested: Sequence[str],
+    hook: Callable[[Path], list[str]],
+    envs_root: Path,
+    env: Mapping[str, str],
+    *,
+    scratch: Path,
+) -> tuple[str, list[str], Path]:
+    """pip's venvs cannot move: resolve first (``--dry-run --report``), then make the
+    environment of that lock at its key; resolve again where the hook asks for more."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        lock = _resolve_with_pip(interpreter, requested, scratch, env, envs_root=envs_root)
+        final = _make_environment(installer, interpreter, identity, lock, envs_root, env, requested)
+        dynamic = hook(final / "bin" / "python")
+        if not all(_satisfied(req, lock) for req in dynamic):
+            lock = _resolve_with_pip(
+                interpreter, [*requested, *dynamic], scratch, env, envs_root=envs_root
+            )
+            final = _make_environment(
+                installer, interpreter, identity, lock, envs_root, env, requested
+            )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return lock, dynamic, final
+
+
+def _clean_env(base_env: Mapping[str, str] | None) -> dict[str, str]:
+    env = dict(base_env if base_env is not None else os.environ)
+    env.pop("PYTHONPATH", None)
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+def existing_environment(
+    tree: Path,
+    python_version: str,
+    extra_requires: Sequence[str],
+    envs_root: Path,
+    *,
+    config_settings: Mapping[str, str] | None = None,
+) -> BuildEnvironment | None:
+    """The environment :func:`ensure_environment` would return, if it is made and its
+    request resolved; ``None`` otherwise. Resolves nothing and runs no hook."""
+    system = read_build_system(tree)
+    requested = (*system.requires, *extra_requires)
+    interpreter = interpreter_for(python_version)
+    identity = interpreter_identity(interpreter)
+    request = _request_key(identity, requested, tree, config_settings or {}, choose_installer())
+    resolution = _read_resolution(envs_root / "resolved" / f"{request}.json")
+    if resolution is None or not _is_complete(envs_root / resolution.key):
+        return None
+    return BuildEnvironment(envs_root / resolution.key, requested)
+
+
 def ensure_environment(
     tree: Path,
     python_version: str,
@@ -151,41 +574,58 @@ def ensure_environment(
 ) -> BuildEnvironment:
     """Create (once) or reuse the build environment for this tree and interpreter.
 
-    Creation is locked so parallel shard jobs share one environment, and an environment
-    counts as made only once its ``kiln-env.json`` record is written.
+    Resolving and creating are locked, so parallel shard jobs share one resolution and
+    one environment. A request resolved before reuses its lock (see the module's doc).
     """
     system = read_build_system(tree)
-    requirements = (*system.requires, *extra_requires)
+    requested = (*system.requires, *extra_requires)
     interpreter = interpreter_for(python_version)
-    key = environment_key(interpreter, requirements)
-    envs_root.mkdir(parents=True, exist_ok=True)
-    final = envs_root / key
-    env = dict(base_env or os.environ)
-    env.pop("PYTHONPATH", None)
-    env.pop("VIRTUAL_ENV", None)
-    with (envs_root / f"{key}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "kiln-env.json").exists():
-            return BuildEnvironment(final, requirements)
-        # A venv's scripts embed its path, so it is made in place; the record written
-        # last marks it complete, and a directory without one is a failed attempt.
-        shutil.rmtree(final, ignore_errors=True)
-        run.run([interpreter, "-m", "venv", str(final)], env=env, what="Creating a build env")
-        python = final / "bin" / "python"
-        try:
-            _pip_install(python, requirements, env)
-            dynamic = _hook_requirements(python, tree, system, config_settings or {}, env)
-            missing = [req for req in dynamic if req not in requirements]
-            _pip_install(python, missing, env)
-            freeze = run.run([str(python), "-m", "pip", "freeze"], env=env).output
-        except BuildError:
-            shutil.rmtree(final, ignore_errors=True)
-            raise
-        record = {
-            "interpreter": interpreter,
-            "requires": list(requirements),
-            "dynamic": dynamic,
-            "freeze": freeze,
-        }
-        (final / "kiln-env.json").write_text(json.dumps(record, indent=2))
-        return BuildEnvironment(final, requirements)
+    identity = interpreter_identity(interpreter)
+    installer = choose_installer()
+    settings = dict(config_settings or {})
+    env = _clean_env(base_env)
+    resolved_dir = envs_root / "resolved"
+    resolved_dir.mkdir(parents=True, exist_ok=True)
+    request = _request_key(identity, requested, tree, settings, installer)
+    memo = resolved_dir / f"{request}.json"
+    with (resolved_dir / f"{request}.lock").open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        resolution = _read_resolution(memo)
+        if resolution is not None:
+            lock = resolution.lock
+            final = _make_environment(
+                installer, interpreter, identity, lock, envs_root, env, requested
+            )
+            return BuildEnvironment(final, requested)
+
+        def hook(python: Path) -> list[str]:
+            return _hook_requirements(python, tree, system, settings, env)
+
+        if installer.uv is not None:
+            staging = envs_root / f".staging-{request}"
+            try:
+                lock, dynamic = _stage_with_uv(
+                    installer.uv, interpreter, requested, staging, hook, env
+                )
+                final = _adopt(
+                    staging, installer, interpreter, identity, lock, envs_root, requested
+                )
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        else:
+            lock, dynamic, final = _resolve_and_make_with_pip(
+                installer,
+                interpreter,
+                identity,
+                requested,
+                hook,
+                envs_root,
+                env,
+                scratch=(resolved_dir / f"{request}.work"),
+            )
+        staged = memo.with_suffix(".tmp")
+        staged.write_text(
+            json.dumps({"key": final.name, "lock": lock, "dynamic": dynamic}, indent=2)
+        )
+        staged.replace(memo)
+        return BuildEnvironment(final, requested)

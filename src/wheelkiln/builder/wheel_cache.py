@@ -152,12 +152,7 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
     :func:`outcome_input_digest` afterwards.
     """
     from wheelkiln.builder.cell import make_cache, tool_versions
-    from wheelkiln.builder.environment import (
-        BuildEnvironment,
-        environment_key,
-        interpreter_for,
-        read_build_system,
-    )
+    from wheelkiln.builder.environment import existing_environment, frontend_requires
     from wheelkiln.builder.source import fetch_source, source_digest
     from wheelkiln.paths import envs_dir, resolve_workdir, sources_dir
 
@@ -165,13 +160,14 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
         raise ValueError("shard jobs (prepare_tree / seat wrapper) must not use the wheel cache")
     recipe = loaded.recipe
     pristine = fetch_source(loaded, sources_dir())
-    extra_requires = list(recipe.build.requires)
-    if recipe.build.frontend == "build":
-        extra_requires.append("build")
-    requirements = (*read_build_system(pristine).requires, *extra_requires)
-    key = environment_key(interpreter_for(cell.python), requirements)
-    environment = BuildEnvironment(envs_dir() / key, requirements)
-    if not (environment.path / "kiln-env.json").is_file():
+    environment = existing_environment(
+        pristine,
+        cell.python,
+        [*recipe.build.requires, *frontend_requires(recipe.build.frontend)],
+        envs_dir(),
+        config_settings=recipe.build.config_settings,
+    )
+    if environment is None:
         return None
     workdir = resolve_workdir(options.workdir)
     versions = tool_versions(make_cache(loaded, options, workdir, workdir))

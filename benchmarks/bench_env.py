@@ -1,0 +1,151 @@
+"""Build environment creation: venv + pip against uv, and kiln's own against plain uv.
+
+    .venv/bin/python benchmarks/bench_env.py [--set NAME ...] [--torch] [--json]
+
+Each requirement set is installed three ways, each first with an empty package cache
+(cold: a private ``PIP_CACHE_DIR`` / ``UV_CACHE_DIR``) and then again into a new
+environment with that cache filled (warm):
+
+* pip: ``python -m venv`` plus ``pip install`` (how kiln made environments before uv);
+* uv: ``uv venv`` plus ``uv pip install``;
+* kiln: ``ensure_environment`` from an empty environments directory: one uv install into
+  a relocatable venv, the backend's ``get_requires_for_build_wheel`` hook, the lock and
+  its key, the move to ``envs/<key>`` (goal: within 1.2x of plain uv).
+
+Sets: ``cmake`` is the issue's (scikit-build-core, pybind11, cmake, ninja, setuptools,
+wheel), ``setuptools`` a small one (setuptools, pybind11). ``--torch`` adds the CUDA torch
+build requirement (torch and setuptools: about 5.4 GB, many minutes; opt-in). All of it
+asks the package index, so the figures include the network as a build sees it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from wheelkiln.builder.environment import (
+    ensure_environment,
+    find_uv,
+    interpreter_for,
+    interpreter_identity,
+)
+
+SETS: dict[str, tuple[str, list[str]]] = {
+    "cmake": (
+        "scikit_build_core.build",
+        ["scikit-build-core", "pybind11", "cmake", "ninja", "setuptools", "wheel"],
+    ),
+    "setuptools": ("setuptools.build_meta", ["setuptools", "pybind11"]),
+    "torch": ("setuptools.build_meta", ["torch", "setuptools"]),
+}
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def call(argv: list[str], env: dict[str, str]) -> None:
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv)} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+
+def with_pip(requirements: list[str], target: Path, env: dict[str, str]) -> None:
+    interpreter = interpreter_for(PYTHON)
+    call([interpreter, "-m", "venv", str(target)], env)
+    call([str(target / "bin" / "python"), "-m", "pip", "install", "--quiet",
+          "--disable-pip-version-check", *requirements], env)  # fmt: skip
+
+
+def with_uv(uv: str, requirements: list[str], target: Path, env: dict[str, str]) -> None:
+    call([uv, "venv", "--quiet", "--python", interpreter_for(PYTHON), str(target)], env)
+    call([uv, "pip", "install", "--quiet", "--python", str(target / "bin" / "python"),
+          *requirements], env)  # fmt: skip
+
+
+def with_kiln(backend: str, requirements: list[str], scratch: Path, env: dict[str, str]) -> None:
+    tree = scratch / "tree"
+    tree.mkdir(parents=True, exist_ok=True)
+    quoted = ", ".join(json.dumps(req) for req in requirements)
+    (tree / "pyproject.toml").write_text(
+        f"[build-system]\nrequires = [{quoted}]\nbuild-backend = {json.dumps(backend)}\n"
+        '[project]\nname = "bench-env"\nversion = "0"\n'
+    )
+    interpreter_identity.cache_clear()  # a build probes the interpreter once too
+    saved = dict(os.environ)
+    os.environ.update(env)
+    try:
+        ensure_environment(tree, PYTHON, [], scratch / "envs", base_env=env)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def measure(name: str, uv: str, root: Path) -> dict[str, float]:
+    backend, requirements = SETS[name]
+    figures: dict[str, float] = {}
+    base = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
+    base["KILN_INSTALLER"] = "uv"
+    for method in ("pip", "uv", "kiln"):
+        caches = root / f"{name}-{method}-cache"
+        env = {**base, "PIP_CACHE_DIR": str(caches / "pip"), "UV_CACHE_DIR": str(caches / "uv")}
+        for condition in ("cold", "warm"):
+            target = root / f"{name}-{method}-{condition}"
+            started = time.perf_counter()
+            if method == "pip":
+                with_pip(requirements, target, env)
+            elif method == "uv":
+                with_uv(uv, requirements, target, env)
+            else:
+                with_kiln(backend, requirements, target, env)
+            seconds = time.perf_counter() - started
+            figures[f"{method}_{condition}"] = round(seconds, 3)
+            shutil.rmtree(target, ignore_errors=True)
+        shutil.rmtree(caches, ignore_errors=True)
+    for condition in ("cold", "warm"):
+        uv_seconds = figures[f"uv_{condition}"]
+        figures[f"uv_over_pip_{condition}"] = round(uv_seconds / figures[f"pip_{condition}"], 3)
+        figures[f"kiln_over_uv_{condition}"] = round(figures[f"kiln_{condition}"] / uv_seconds, 3)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", dest="sets", action="append", choices=["cmake", "setuptools"],
+                        help="a requirement set (default: both)")  # fmt: skip
+    parser.add_argument("--torch", action="store_true",
+                        help="add the CUDA torch build requirement (about 5.4 GB; slow)")  # fmt: skip
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    args = parser.parse_args()
+    uv = find_uv()
+    if uv is None:
+        sys.exit("uv is not installed: `pip install uv` (wheelkiln depends on it).")
+    names = list(args.sets or ["cmake", "setuptools"]) + (["torch"] if args.torch else [])
+    results: dict[str, dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-env-") as tmp:
+        for name in names:
+            print(f"measuring {name}: {' '.join(SETS[name][1])}", file=sys.stderr)
+            results[name] = measure(name, uv, Path(tmp))
+    if args.json:
+        print(json.dumps({"python": PYTHON, "sets": results, "goal": "kiln/uv <= 1.2"}, indent=2))
+        return
+    print(
+        f"{'set':<11} {'cache':<5} {'pip s':>7} {'uv s':>7} {'kiln s':>7} {'uv/pip':>7} {'kiln/uv':>8}"
+    )
+    for name, figures in results.items():
+        for condition in ("cold", "warm"):
+            print(
+                f"{name:<11} {condition:<5} {figures[f'pip_{condition}']:>7.2f} "
+                f"{figures[f'uv_{condition}']:>7.2f} {figures[f'kiln_{condition}']:>7.2f} "
+                f"{figures[f'uv_over_pip_{condition}']:>7.3f} "
+                f"{figures[f'kiln_over_uv_{condition}']:>8.2f}"
+            )
+    print("goal: kiln/uv <= 1.2 (kiln also runs the backend's get_requires hook)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""How a build environment's key is made from its lock, and which installer makes it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wheelkiln.builder.environment import (
+    Installer,
+    _request_key,
+    _satisfied,
+    choose_installer,
+    lock_key,
+    normalize_lock,
+)
+from wheelkiln.errors import ToolNotFoundError, UsageError
+
+UV_OUTPUT = ["pybind11==3.1.0", "Scikit_Build_Core==1.1.2", "packaging==26.4  # via x", ""]
+PIP_REPORT = ["scikit-build-core==1.1.2", "pybind11==3.1.0", "packaging==26.4"]
+
+
+def test_one_resolution_reads_the_same_from_uv_and_pip() -> None:
+    lock = normalize_lock(UV_OUTPUT)
+    assert lock == "packaging==26.4\npybind11==3.1.0\nscikit-build-core==1.1.2\n"
+    assert normalize_lock(PIP_REPORT) == lock
+    assert normalize_lock(["# header", "--index-url https://x", *UV_OUTPUT]) == lock
+
+
+def test_the_key_is_the_lock_and_the_interpreter_only() -> None:
+    identity = "cpython 3.11.7 (main) [GCC 12.2.0] x86_64"
+    lock = normalize_lock(PIP_REPORT)
+    assert lock_key(identity, lock) == lock_key(identity, normalize_lock(UV_OUTPUT))
+    assert lock_key(identity, lock) != lock_key(identity, lock.replace("26.4", "26.3"))
+    assert lock_key(identity, lock) != lock_key(identity.replace("3.11.7", "3.11.8"), lock)
+    assert len(lock_key(identity, lock)) == 16
+
+
+def test_a_request_is_the_same_in_any_order_and_another_with_other_build_files(
+    tmp_path: Path,
+) -> None:
+    tree = tmp_path / "t"
+    tree.mkdir()
+    (tree / "pyproject.toml").write_text("[build-system]\nrequires = ['setuptools']\n")
+    uv = Installer("uv", "/bin/uv")
+    one = _request_key("py", ["a", "b"], tree, {}, uv)
+    assert one == _request_key("py", ["b", "a", "a"], tree, {}, uv)
+    assert one != _request_key("py", ["a", "b"], tree, {}, Installer("pip"))
+    assert one != _request_key("py", ["a", "b"], tree, {"k": "v"}, uv)
+    (tree / "setup.py").write_text("from setuptools import setup\nsetup(setup_requires=['x'])\n")
+    assert one != _request_key("py", ["a", "b"], tree, {}, uv)
+
+
+def test_dynamic_requirements_already_pinned_need_no_second_resolution() -> None:
+    lock = "cmake==3.31.1\nsetuptools==80.0.0\n"
+    assert _satisfied("cmake>=3.24", lock)
+    assert _satisfied("Setuptools", lock)
+    assert not _satisfied("cmake>=4", lock)
+    assert not _satisfied("ninja", lock)
+    assert not _satisfied("cmake; python_version < '3.12'", lock)  # resolved again instead
+
+
+def test_installer_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert choose_installer({"KILN_INSTALLER": "pip"}) == Installer("pip")
+    monkeypatch.setattr("wheelkiln.builder.environment.find_uv", lambda: None)
+    assert choose_installer({}) == Installer("pip")
+    with pytest.raises(UsageError) as bad:
+        choose_installer({"KILN_INSTALLER": "conda"})
+    assert bad.value.message == "KILN_INSTALLER='conda' is not an installer."
+    with pytest.raises(ToolNotFoundError) as missing:
+        choose_installer({"KILN_INSTALLER": "uv"})
+    assert missing.value.message.startswith("KILN_INSTALLER=uv, but no uv was found")
