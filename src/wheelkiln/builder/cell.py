@@ -27,6 +27,7 @@ from wheelkiln.builder.job_env import (
     jobs_environment,
     resolve_jobs,
 )
+from wheelkiln.builder.linker import cmake_version, linker_environment, linker_versions
 from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
 from wheelkiln.builder.toolchain import Launch, find_nvcc, toolchain_environment
 from wheelkiln.cache.backend import CacheBackend, CacheConfig, CacheStats, TUOutcome
@@ -143,6 +144,7 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     tree = job_dir / "src"
     title = f"{cell.id} {options.job_suffix}".rstrip()
     check_recipe_env(recipe.build.env, loaded.path)  # before any work
+    linker = linker_versions(recipe.build.linker, loaded.path, os.environ)  # refused if absent
     with ui.step(
         f"Preparing {title}",
         quiet=options.quiet,
@@ -201,6 +203,9 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     if "CMAKE_ARGS" in tool_env and env.get("CMAKE_ARGS"):  # the user's or recipe's go first
         tool_env["CMAKE_ARGS"] = f"{env['CMAKE_ARGS']} {tool_env['CMAKE_ARGS']}"
     env.update(tool_env)
+    if linker:
+        cmake = cmake_version(environment.path, env) if system.kind == "cmake" else None
+        env.update(linker_environment(recipe.build.linker, system.kind, env, cmake=cmake))
     env.update(options.extra_env)
     env["PATH"] = os.pathsep.join(
         [p for p in (prepend, str(environment.bin_dir), env.get("PATH", "")) if p]
@@ -238,7 +243,7 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     if cache is not None:
         cache.start()
         cache.zero_stats()
-    versions = tool_versions(cache)
+    versions = {**tool_versions(cache), **linker}
     log_path = job_dir / "build.log"
     try:
         with ui.step(

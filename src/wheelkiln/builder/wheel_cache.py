@@ -153,6 +153,7 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
     """
     from wheelkiln.builder.cell import make_cache, tool_versions
     from wheelkiln.builder.environment import existing_environment, frontend_requires
+    from wheelkiln.builder.linker import linker_versions
     from wheelkiln.builder.source import fetch_source, source_digest
     from wheelkiln.paths import envs_dir, resolve_workdir, sources_dir
 
@@ -170,7 +171,10 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
     if environment is None:
         return None
     workdir = resolve_workdir(options.workdir)
-    versions = tool_versions(make_cache(loaded, options, workdir, workdir))
+    versions = {
+        **tool_versions(make_cache(loaded, options, workdir, workdir)),
+        **linker_versions(recipe.build.linker, loaded.path, os.environ),
+    }
     digest = source_digest(pristine, loaded.recipe.source.exclude)
     return _cell_digest(loaded, cell, options, digest, environment, versions)
 

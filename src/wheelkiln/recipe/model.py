@@ -274,6 +274,10 @@ class Build(_Model):
     cuda_home_nvcc: bool = False
     """The build runs $CUDA_HOME/bin/nvcc itself (torch without ninja): give it a CUDA_HOME
     whose nvcc goes through the cache."""
+    linker: Literal["default", "mold", "lld"] = "default"
+    """The host linker: 'default' (the compiler's own), 'mold' or 'lld' (-fuse-ld= for
+    setuptools and meson, CMAKE_LINKER_TYPE or the linker flags for CMake). It must be
+    installed. CUDA device links stay nvcc's (nvlink)."""
 
 
 class CudaLane(_Model):

@@ -21,6 +21,7 @@ from wheelkiln.builder.cell import (
     make_cache,
     tool_versions,
 )
+from wheelkiln.builder.linker import linker_versions
 from wheelkiln.builder.record import build_record
 from wheelkiln.cache.archive import pack
 from wheelkiln.cache.backend import TUOutcome
@@ -49,7 +50,7 @@ def toolchain_fingerprint(
 ) -> dict[str, Any]:
     """What must be equal between shards and their link job for cache entries to match."""
     return {
-        "compilers": {k: v for k, v in sorted(versions.items()) if k in ("gcc", "nvcc")},
+        "compilers": {k: v for k, v in sorted(versions.items()) if k in ("gcc", "nvcc", "linker")},
         "cache": {k: v for k, v in versions.items() if k in ("ccache", "sccache")},
         "arch_list": list(cell.arch_list),
         "build_env": dict(sorted(loaded.recipe.build.env.items())),
@@ -294,4 +295,5 @@ def _slice_compiles(
 def versions_for(
     loaded: LoadedRecipe, options: BuildOptions, workdir: Path, job_dir: Path
 ) -> dict[str, str]:
-    return tool_versions(make_cache(loaded, options, workdir, job_dir))
+    linker = linker_versions(loaded.recipe.build.linker, loaded.path, os.environ)
+    return {**tool_versions(make_cache(loaded, options, workdir, job_dir)), **linker}
