@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from wheelkiln import run, ui
+from wheelkiln.builder import cmake_id
 from wheelkiln.builder.backend import backend_settings, frontend_arguments
 from wheelkiln.builder.environment import (
     BuildEnvironment,
@@ -34,7 +35,7 @@ from wheelkiln.cache.backend import CacheBackend, CacheConfig, CacheStats, TUOut
 from wheelkiln.cache.registry import make_backend
 from wheelkiln.cache.remote import RemotePlan, plan_remote
 from wheelkiln.cells import Cell
-from wheelkiln.paths import default_cache_dir, envs_dir, resolve_workdir, sources_dir
+from wheelkiln.paths import default_cache_dir, envs_dir, kiln_home, resolve_workdir, sources_dir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.wheels.facts import WheelFacts, inspect_wheel
 
@@ -240,6 +241,16 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
             *settings,
             str(tree),
         ]
+    kept_identification = None
+    if system.kind == "cmake":
+        kept_identification = cmake_id.prepare(
+            job_dir / "build",
+            tree,
+            env,
+            environment.path,
+            backend.config_settings,
+            kiln_home() / "cmake-id",
+        )
     if cache is not None:
         cache.start()
         cache.zero_stats()
@@ -260,6 +271,8 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     finally:
         if cache is not None:
             cache.stop()
+    if kept_identification is not None and done.returncode == 0:
+        cmake_id.keep(*kept_identification, job_dir / "build")
     wheels = sorted(dist.glob("*.whl"))
     facts = inspect_wheel(wheels[0]) if done.returncode == 0 and wheels else None
     return BuildOutcome(

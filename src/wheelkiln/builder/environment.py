@@ -37,6 +37,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import sys
 import tomllib
@@ -135,6 +136,9 @@ def interpreter_for(python_version: str) -> str:
 def interpreter_identity(interpreter: str) -> str:
     """What an environment's content depends on in its interpreter, without its path:
     implementation, ``sys.version`` (release, build date, compiler) and machine."""
+    base = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    if interpreter == base:  # this interpreter: no process to start on every build
+        return " ".join(f"{sys.implementation.name} {sys.version} {platform.machine()}".split())
     code = "import platform,sys;print(sys.implementation.name,sys.version,platform.machine())"
     return " ".join(run.run([interpreter, "-c", code]).output.split())
 

@@ -20,7 +20,6 @@ toolchain fingerprint shards and link jobs compare.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 from collections.abc import Mapping
@@ -56,14 +55,15 @@ def linker_version(program: str) -> str:
 
 
 def cmake_version(build_env: Path, environ: Mapping[str, str]) -> tuple[int, int] | None:
-    """The version of the cmake a CMake build will run: the build environment's (a PyPI
-    ``cmake`` requirement) before PATH's; ``None`` when there is none."""
-    local = build_env / "bin" / "cmake"
-    cmake = str(local) if local.exists() else shutil.which("cmake", path=environ.get("PATH"))
-    if cmake is None:
+    """(major, minor) of the cmake a CMake build will run; ``None`` when there is none."""
+    from wheelkiln.builder import cmake_id
+
+    cmake = cmake_id.find_cmake(build_env, environ)
+    version = cmake_id.cmake_version(cmake) if cmake else None
+    if version is None:
         return None
-    found = re.search(r"version (\d+)\.(\d+)", run.run([cmake, "--version"], check=False).output)
-    return (int(found[1]), int(found[2])) if found else None
+    major, minor, _ = version.split(".", 2)
+    return int(major), int(minor)
 
 
 def linker_environment(
@@ -84,7 +84,9 @@ def linker_environment(
         args = [f"-DCMAKE_LINKER_TYPE={linker.upper()}"]
     else:
         args = [f"-DCMAKE_{kind_}_LINKER_FLAGS_INIT={flag}" for kind_ in CMAKE_LINK_KINDS]
-    return {"CMAKE_ARGS": " ".join(p for p in (environ.get("CMAKE_ARGS", ""), shlex.join(args)) if p)}
+    return {
+        "CMAKE_ARGS": " ".join(p for p in (environ.get("CMAKE_ARGS", ""), shlex.join(args)) if p)
+    }
 
 
 def linker_versions(linker: str, recipe: Path | str, environ: Mapping[str, str]) -> dict[str, str]:
