@@ -96,3 +96,19 @@ def test_reader_checks_run_json_and_keeps_records_inside_the_run(tmp_path: Path)
     assert fmt.find_run(tmp_path / "runs", None).name == "20261201T000002Z"
     with pytest.raises(UsageError, match="is not a run stamp"):
         fmt.find_run(tmp_path / "runs", "../x")
+
+
+def test_publishing_copies_no_record_outside_the_run(tmp_path: Path) -> None:
+    from wheelkiln.fleet.publish import _copy_run
+
+    source = tmp_path / "runs" / "20261201T000000Z"
+    _write_run(source, builds=[{"cell": "c", "record": "records/c.json"},
+                               {"cell": "c", "record": "records/../../../escaped.json"}])
+    (source / "records").mkdir()
+    (source / "records" / "c.json").write_text('{"cell": "c"}')
+    (source / "index.html").write_text("<html><body>page</body></html>")
+    target = tmp_path / "site" / "data" / "perf" / "20261201T000000Z"
+    _copy_run(fmt.read_run(source), target, "https://x")
+    assert json.loads((target / "records" / "c.json").read_text()) == {"cell": "c"}
+    assert not list(tmp_path.rglob("escaped.json"))
+    assert 'href="https://x/data/perf/"' in (target / "index.html").read_text()

@@ -123,6 +123,14 @@ def _bytes(value: float | None) -> str:
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / MIB:.1f} MiB"
 
 
+def _cold_sentence(cold: Any) -> str:
+    if not isinstance(cold, dict) or not cold.get("namespace"):
+        return ""
+    return (" Cold: a fresh cache namespace "
+            f"<code>{html.escape(str(cold['namespace']))}</code>, forced recache, a private "
+            "compiler cache per build.")
+
+
 def render_run_page(
     run_folder: RunFolder, *, selector: str = "", title_prefix: str = "kiln fleet run"
 ) -> str:
@@ -148,10 +156,8 @@ def render_run_page(
         f"<p>{len(builds)} build(s) at once: "
         + ", ".join(f"{count} {html.escape(name)}" for name, count in sorted(outcomes.items()))
         + f"; {_seconds(run.get('wall_seconds'))} in all, started {html.escape(str(run.get('started')))}"
-        + f", executor {html.escape(str(run.get('executor')))}, on {html.escape(builders)}. "
-        + "Cold: a fresh cache namespace "
-        + f"<code>{html.escape(str((run.get('cold') or {}).get('namespace', '')))}</code>, "
-        + "forced recache, a private compiler cache per build.</p>"
+        + f", executor {html.escape(str(run.get('executor')))}, on {html.escape(builders)}."
+        + _cold_sentence(run.get("cold")) + "</p>"
     )
     parts.append("<h2>Every build</h2>")
     if builds:

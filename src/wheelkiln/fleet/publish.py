@@ -78,10 +78,16 @@ def _copy_run(run_folder: fmt.RunFolder, target: Path, base: str) -> None:
         if source.is_file():
             (target / name).write_bytes(source.read_bytes())
     (target / fmt.RECORDS_DIR).mkdir()
+    inside = (target / fmt.RECORDS_DIR).resolve()
     for build in run_folder.builds:
         record = run_folder.records.get(build["cell"])
-        if record is not None and isinstance(build.get("record"), str):
-            fmt.write_json(target / build["record"], record)
+        name = build.get("record")
+        if record is None or not isinstance(name, str):
+            continue
+        destination = (target / name).resolve()
+        # run.json names the file; a name that leads out of records/ is not followed.
+        if destination.parent == inside:
+            fmt.write_json(destination, record)
     drawn = run_folder.path / fmt.PAGE_FILE
     page = (drawn.read_text(encoding="utf-8") if drawn.is_file()
             else render_run_page(run_folder))
