@@ -81,10 +81,10 @@ def _copy_run(run_folder: fmt.RunFolder, target: Path, base: str) -> None:
     inside = (target / fmt.RECORDS_DIR).resolve()
     for build in run_folder.builds:
         record = run_folder.records.get(build["cell"])
-        name = build.get("record")
-        if record is None or not isinstance(name, str):
+        record_name = build.get("record")
+        if record is None or not isinstance(record_name, str):
             continue
-        destination = (target / name).resolve()
+        destination = (target / record_name).resolve()
         # run.json names the file; a name that leads out of records/ is not followed.
         if destination.parent == inside:
             fmt.write_json(destination, record)
