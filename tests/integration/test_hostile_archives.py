@@ -35,11 +35,12 @@ from tests.archives import (
 )
 from tests.conftest import ROOT, Kiln, copy_example, recipe_for
 from wheelkiln.cache.archive import inspect_archive
+from wheelkiln.cells import shard_archive
 
 pytestmark = pytest.mark.compile
 
 CELL = "demo-cpp-py3.11-linux-x86_64"
-SHARD = f"{CELL}-shard-0-of-1.tar.gz"
+SHARD = shard_archive(CELL, 0, 1)
 LOG = "extra/wrapper.jsonl"
 
 
@@ -418,7 +419,7 @@ def test_archives_of_another_cell_or_toolchain_are_named_not_merged(
     real_shard: RealShard, tmp_path: Path, kiln: Kiln
 ) -> None:
     shards = tmp_path / "shards"
-    archives = [shards / f"{CELL}-shard-{index}-of-3.tar.gz" for index in range(3)]
+    archives = [shards / shard_archive(CELL, index, 3) for index in range(3)]
     write_members(archives[0], _renumbered(real_shard, 0, 3, lambda m: None))
     write_members(archives[1], _renumbered(real_shard, 1, 3, lambda m: m.update(cell="other-py3.11-linux-x86_64")))
     write_members(archives[2], _renumbered(
@@ -442,7 +443,7 @@ def test_archives_of_another_cell_or_toolchain_are_named_not_merged(
 def test_archives_of_another_n_are_refused_by_name(real_shard: RealShard, tmp_path: Path) -> None:
     three = tmp_path / "three"
     for index in range(3):
-        write_members(three / f"{CELL}-shard-{index}-of-3.tar.gz",
+        write_members(three / shard_archive(CELL, index, 3),
                       _renumbered(real_shard, index, 3, lambda m: None))
     mixed = tmp_path / "mixed"
     write_members(mixed / f"{CELL}-shard-0-of-2.tar.gz", _renumbered(real_shard, 0, 2, lambda m: None))

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import RECIPES, Kiln, copy_example, expected_checksum, recipe_for
+from wheelkiln.cells import shard_stem
 
 pytestmark = pytest.mark.compile
 
@@ -56,7 +57,7 @@ def test_meson_python_sharded_three_ways(kiln: Kiln, kiln_home: Path, tmp_path: 
         assert shard["shard"]["gate"]["passed"], shard["shard"]["gate"]
         log = Path(shard["log"]).read_text()
         assert re.search(r"/ninja -j1 -k0\n", log), "shards keep going, at the planned job count"
-        records = _wrapper_records(tmp_path / "work" / f"{CELL}-shard-{index}-of-3")
+        records = _wrapper_records(tmp_path / "work" / shard_stem(CELL, index, 3))
         compiled += [r["tu"] for r in records if r["action"] == "compile"]
         tolerated += [s for r in records if r["action"] == "link-unresolved" for s in r["unresolved"]]
     # Every TU compiled in exactly one shard, generated ones keyed relative to the stable

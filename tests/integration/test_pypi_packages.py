@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import RECIPES, Kiln
+from wheelkiln.cells import shard_stem
 from wheelkiln.shard.wrapper_log import read_wrapper_log
 
 pytestmark = [pytest.mark.slow, pytest.mark.network, pytest.mark.compile]
@@ -60,7 +61,7 @@ def _smoke(recipe: Path) -> str:
 
 def _shard_logs(workdir: Path, cell: str) -> list[list[dict[str, Any]]]:
     return [
-        read_wrapper_log(workdir / f"{cell}-shard-{index}-of-3" / "wrapper.jsonl")
+        read_wrapper_log(workdir / shard_stem(cell, index, 3) / "wrapper.jsonl")
         for index in range(3)
     ]
 

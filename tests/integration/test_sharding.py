@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Kiln, copy_example, expected_checksum, recipe_for
+from wheelkiln.cells import shard_archive
 from wheelkiln.shard.partition import shard_of, tu_key
 
 pytestmark = pytest.mark.compile
@@ -123,7 +124,7 @@ def test_missing_shard_still_links_and_fails_naming_it(kiln: Kiln, tmp_path: Pat
     recipe = recipe_for(tree, "demo-cpp", tmp_path)
     shards = tmp_path / "shards"
     _shard_all(kiln, recipe, tmp_path, 3, shards)
-    (shards / "demo-cpp-py3.11-linux-x86_64-shard-1-of-3.tar.gz").unlink()
+    (shards / shard_archive("demo-cpp-py3.11-linux-x86_64", 1, 3)).unlink()
     result = kiln("link", recipe, "--shards", shards, "--count", "3", "--out", tmp_path / "dist",
                   "--workdir", tmp_path / "work", check=False)
     assert result.returncode == 5
@@ -163,7 +164,7 @@ def test_tampered_archive_is_rejected_by_link(kiln: Kiln, tmp_path: Path) -> Non
     recipe = recipe_for(tree, "demo-cpp", tmp_path)
     shards = tmp_path / "shards"
     shards.mkdir()
-    archive = shards / "demo-cpp-py3.11-linux-x86_64-shard-0-of-1.tar.gz"
+    archive = shards / shard_archive("demo-cpp-py3.11-linux-x86_64", 0, 1)
     with tarfile.open(archive, "w:gz") as tar:
         blob = json.dumps({"cell": "demo-cpp-py3.11-linux-x86_64", "toolchain": {}}).encode()
         info = tarfile.TarInfo("manifest.json")

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import Kiln
 from wheelkiln.cache.backend import TUOutcome
+from wheelkiln.cells import shard_stem
 from wheelkiln.shard.trace import build_trace, job_spans, trace_path
 from wheelkiln.shard.wrapper import encode_record
 
@@ -181,7 +182,7 @@ def test_kiln_timeline_merges_one_cells_jobs_and_marks_the_critical_path(
     for index in (0, 1):
         trace = shard_trace(ninja_job, index)
         trace["otherData"]["end"] = trace["otherData"]["start"] + 3.0 + index  # shard 2 slower
-        (out / f"t-cell-shard-{index}-of-2.trace.json").write_text(json.dumps(trace))
+        (out / f"{shard_stem('t-cell', index, 2)}.trace.json").write_text(json.dumps(trace))
     spans, timing = job_spans(ninja_job, [], shard=False)
     link = build_trace(
         spans,
@@ -200,8 +201,8 @@ def test_kiln_timeline_merges_one_cells_jobs_and_marks_the_critical_path(
     page = tmp_path / "timeline.html"
     result = kiln(
         "timeline",
-        out / "t-cell-shard-0-of-2.trace.json",
-        out / "t-cell-shard-1-of-2.trace.json",
+        out / f"{shard_stem('t-cell', 0, 2)}.trace.json",
+        out / f"{shard_stem('t-cell', 1, 2)}.trace.json",
         record,
         "--out",
         merged,
