@@ -73,3 +73,10 @@ class LockBusyError(KilnError):
     """Another build holds the builder lock."""
 
     exit_code = 6
+
+
+class FleetError(KilnError):
+    """The build fleet cannot run the build: its scheduler cannot be reached, or no
+    worker offers a resource the build's tasks ask for."""
+
+    exit_code = 3

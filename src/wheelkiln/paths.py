@@ -25,7 +25,10 @@ def state_home() -> Path:
 
 
 def envs_dir() -> Path:
-    return kiln_home() / "envs"
+    """Build environments. Resolved: an environment's path reaches the compile command
+    lines (its include directories), so an envs directory that is a symlink must give
+    every job that uses it the same path."""
+    return (kiln_home() / "envs").resolve()
 
 
 def smoke_envs_dir() -> Path:

@@ -414,11 +414,14 @@ def run(
     check: bool = True,
     what: str | None = None,
     timeout: float | None = None,
+    stop: threading.Event | None = None,
 ) -> Completed:
     """Run a short command to completion with its output captured.
 
     After ``timeout`` seconds the command's group is killed and
-    :class:`subprocess.TimeoutExpired` is raised.
+    :class:`subprocess.TimeoutExpired` is raised. When ``stop`` is set (by another
+    thread: a cancelled fleet task), the group is ended as on ``SIGTERM`` and the
+    command's ending is returned like any other.
     """
     resolved = [find_executable(argv[0], env), *argv[1:]]
     if VERBOSE:
@@ -440,12 +443,31 @@ def run(
             timer = threading.Timer(timeout, expire)
             timer.daemon = True
             timer.start()
+        finished = threading.Event()
+        stopper = None
+        if stop is not None:
+            watched = stop
+
+            def end_when_stopped() -> None:
+                while not finished.is_set():
+                    if watched.wait(0.1):
+                        if group is not None:
+                            end_groups([group])
+                        else:
+                            proc.terminate()
+                        return
+
+            stopper = threading.Thread(target=end_when_stopped, daemon=True)
+            stopper.start()
         try:
             output = proc.stdout.read()
         finally:
+            finished.set()
             if timer is not None:
                 timer.cancel()
                 timer.join()  # it must not signal the group after the leader is collected
+            if stopper is not None:
+                stopper.join()
         usage = _reap(proc, group, argv)
     wall = time.perf_counter() - started
     if expired.is_set():

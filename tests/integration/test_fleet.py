@@ -1,5 +1,5 @@
-"""kiln fleet run with real builds: two small generated C packages (tests/projects.py)
-built at once, cold, while this machine is sampled every second."""
+"""kiln fleet run with real builds: two small generated C packages built at once, cold,
+while this machine is sampled every second."""
 
 from __future__ import annotations
 
@@ -12,17 +12,18 @@ from typing import Any
 import pytest
 
 from tests.conftest import Kiln
-from tests.projects import c_extension
+from tests.fleet_packages import write_package
 
 pytestmark = pytest.mark.compile
 
-TUS = 3
+UNITS = 2
 
 
 @pytest.fixture(scope="module")
 def fleet_run(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("fleet")
-    recipes = [c_extension(name, tus=TUS).generate(root)[1] for name in ("fleet-a", "fleet-b")]
+    recipes = [write_package(root, name, units=UNITS, functions=60)
+               for name in ("fleet-a", "fleet-b")]
     kiln = Kiln(kiln_home, root / "state")
     result = kiln("fleet", "run", *recipes, "--runs-dir", root / "runs", "--workdir",
                   root / "work", "--json")
@@ -48,7 +49,7 @@ def test_run_folder_says_what_was_built_where_and_with_what(fleet_run: dict[str,
     for build in run["builds"]:
         record = json.loads((folder / build["record"]).read_text())
         assert record["cell"] == build["cell"] and record["fleet_run"] == run["stamp"]
-        assert record["cache"]["hits"] == 0 and record["cache"]["misses"] == TUS
+        assert record["cache"]["hits"] == 0 and record["cache"]["misses"] == UNITS + 1
         assert (folder / build["log"]).read_text().startswith("+ ")
     # The builds overlapped: they ran at once, not one after the other.
     first, second = sorted(run["builds"], key=lambda b: b["start"])
@@ -77,8 +78,8 @@ def test_samples_every_second_with_the_cpu_busy_while_building(fleet_run: dict[s
     # The cache counters over time: cumulative, ending at every TU of both builds stored.
     caches = [s["cache"] for s in samples if s["cache"] is not None]
     misses = [c["misses"] for c in caches]
-    assert misses == sorted(misses) and misses[-1] == 2 * TUS
-    assert caches[-1]["hits"] == 0 and caches[-1]["stores"] >= 2 * TUS
+    assert misses == sorted(misses) and misses[-1] == 2 * (UNITS + 1)
+    assert caches[-1]["hits"] == 0 and caches[-1]["stores"] >= 2 * (UNITS + 1)
     assert max(s["running"] for s in samples) == 2
 
 

@@ -226,13 +226,3 @@ def test_kiln_timeline_merges_one_cells_jobs_and_marks_the_critical_path(
     jsonschema.validate(merged_trace, TRACE_EVENT_SCHEMA)
     assert sum(1 for e in merged_trace["traceEvents"] if e["ph"] == "X") == 3 * len(TUS)
     assert "critical path: shard 2/2 + link" in page.read_text()
-
-
-@pytest.mark.compile
-def test_an_unsharded_builds_ninja_log_times_every_tu_for_kiln_plan(ninja_job: Path) -> None:
-    from wheelkiln.plan.census import census_from_history, read_history
-
-    census = census_from_history(read_history([ninja_job]), (), ninja_job / "src", 1)
-    assert sorted(tu.key for tu in census.tus) == sorted(TUS)
-    assert all(tu.measured and tu.seconds > 0 for tu in census.tus)
-    assert census.fixed_seconds is None  # no link record beside it

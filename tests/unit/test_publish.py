@@ -26,7 +26,7 @@ def git(repo: Path, *args: str) -> str:
                           text=True).stdout.strip()
 
 
-def write_run(runs: Path, stamp: str, cells: tuple[str, ...], *, page: bool = False) -> None:
+def write_run(runs: Path, stamp: str, cells: tuple[str, ...]) -> None:
     folder = runs / stamp
     (folder / "records").mkdir(parents=True)
     start = 1_796_000_000.0 + 3600 * STAMPS.index(stamp)
@@ -52,13 +52,6 @@ def write_run(runs: Path, stamp: str, cells: tuple[str, ...], *, page: bool = Fa
                 "net": {"rx_bytes_per_s": 0, "tx_bytes_per_s": 0},
                 "cache": {"hits": 0, "misses": i, "stores": i}} for i in range(8)]
     (folder / "samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
-    if page:
-        # What kiln fleet run leaves beside the data; publishing copies it, links added.
-        from wheelkiln.plots import NAV_END, NAV_START
-
-        (folder / "index.html").write_text(
-            f"<html><body>{NAV_START}{NAV_END}<h1>kiln fleet run {stamp}</h1>"
-            + "".join(f"<p>{cell}</p>" for cell in cells) + "</body></html>")
 
 
 @pytest.fixture
@@ -96,8 +89,8 @@ def test_two_runs_published_twice_and_the_bench(repo: Path, tmp_path: Path) -> N
               git(repo, "status", "--porcelain"), git(repo, "diff"),
               git(repo, "diff", "--cached"), git(repo, "worktree", "list", "--porcelain"))
     runs = tmp_path / "runs"
-    write_run(runs, STAMPS[0], ("pkg-a", "pkg-b"), page=True)
-    write_run(runs, STAMPS[1], ("pkg-a", "pkg-b", "pkg-c"), page=True)
+    write_run(runs, STAMPS[0], ("pkg-a", "pkg-b"))
+    write_run(runs, STAMPS[1], ("pkg-a", "pkg-b", "pkg-c"))
     common = ("--runs-dir", runs, "--repo", repo, "--branch", "gh-pages", "--base-url", BASE,
               "--json")
     first = invoke(fleet_group, "publish", "--run", STAMPS[0], *common)
@@ -156,7 +149,7 @@ def test_two_runs_published_twice_and_the_bench(repo: Path, tmp_path: Path) -> N
 
 
 def test_publishing_onto_the_checked_out_branch_is_refused(repo: Path, tmp_path: Path) -> None:
-    write_run(tmp_path / "runs", STAMPS[0], ("pkg-a",), page=True)
+    write_run(tmp_path / "runs", STAMPS[0], ("pkg-a",))
     result = CliRunner().invoke(fleet_group, ["publish", "--runs-dir", str(tmp_path / "runs"),
                                               "--repo", str(repo), "--branch", "main"])
     assert result.exit_code != 0

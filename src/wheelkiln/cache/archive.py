@@ -65,6 +65,35 @@ REFUSED_HINT = (
     "than trusting this file."
 )
 
+
+@dataclass(frozen=True)
+class Layout:
+    """What an archive of one kind may hold: regular files at its top, and whole trees.
+
+    Every other check (paths, member types, resolved destinations, the caps) is the same
+    for every kind, so an archive kiln ships between machines gets them all."""
+
+    files: tuple[str, ...]
+    """Regular files allowed at the top."""
+    trees: tuple[str, ...]
+    """Top-level directories whose contents are allowed."""
+    hint: str
+    """The next step when an archive of this kind is refused."""
+
+    def allows(self, member: tarfile.TarInfo) -> bool:
+        parts = member.name.split("/")
+        return (member.name in self.files and member.isfile()) or (
+            parts[0] in self.trees and (len(parts) > 1 or member.isdir())
+        )
+
+    def describe(self) -> str:
+        names = [*self.files, *(f"{tree}/" for tree in self.trees)]
+        return ", ".join(names[:-1]) + f" and {names[-1]}" if len(names) > 1 else names[0]
+
+
+SHARD_LAYOUT = Layout((MANIFEST,), (CACHE_PREFIX, EXTRA_PREFIX), REFUSED_HINT)
+"""A shard's cache archive: its manifest, the cache, the named extra files."""
+
 _SIZE = re.compile(r"^\s*(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[a-z]*)\s*$", re.IGNORECASE)
 _UNITS = {
     "": 1,
@@ -191,7 +220,7 @@ def pack(
 # --------------------------------------------------------------------------- checks
 
 
-def _refusal(member: tarfile.TarInfo, root: str) -> str | None:
+def _refusal(member: tarfile.TarInfo, root: str, layout: Layout) -> str | None:
     """Why ``member`` may not be extracted under ``root``, or None."""
     name = member.name
     parts = name.split("/")
@@ -213,11 +242,8 @@ def _refusal(member: tarfile.TarInfo, root: str) -> str | None:
         return "a fifo"
     if not (member.isfile() or member.isdir()):
         return f"a special file (tar type {member.type!r})"
-    in_layout = (name == MANIFEST and member.isfile()) or (
-        parts[0] in (CACHE_PREFIX, EXTRA_PREFIX) and (len(parts) > 1 or member.isdir())
-    )
-    if not in_layout:
-        return f"outside {MANIFEST}, {CACHE_PREFIX}/ and {EXTRA_PREFIX}/"
+    if not layout.allows(member):
+        return f"outside {layout.describe()}"
     # The resolved destination: the standard library's data filter (PEP 706) resolves
     # the path (following any symlink already on disk) and refuses anything outside root.
     try:
@@ -240,7 +266,9 @@ class _Cursor:
 
 
 @contextmanager
-def _reading(archive: Path) -> Iterator[tuple[tarfile.TarFile, _Cursor]]:
+def _reading(
+    archive: Path, hint: str = REFUSED_HINT
+) -> Iterator[tuple[tarfile.TarFile, _Cursor]]:
     """Open ``archive`` as a gzip'd tar stream; any read error becomes a named GateError."""
     cursor = _Cursor()
     try:
@@ -248,7 +276,7 @@ def _reading(archive: Path) -> Iterator[tuple[tarfile.TarFile, _Cursor]]:
         if not stat.S_ISREG(archive.stat().st_mode):
             raise GateError(
                 f"{archive}: not a regular file, so not a shard archive; nothing was read.",
-                hint=REFUSED_HINT,
+                hint=hint,
             )
         # gzip.GzipFile, not tarfile's own "r|gz": only GzipFile checks the end-of-stream
         # marker and the CRC, so a cut or corrupted archive is named, not half-read.
@@ -270,12 +298,17 @@ def _reading(archive: Path) -> Iterator[tuple[tarfile.TarFile, _Cursor]]:
         raise GateError(
             f"{cursor.where(archive)}: not a readable gzip'd tar ({problem}); "
             "nothing was extracted from it.",
-            hint=REFUSED_HINT,
+            hint=hint,
         ) from None
 
 
 def _checked(
-    archive: Path, tar: tarfile.TarFile, cursor: _Cursor, limits: ArchiveLimits, root: str
+    archive: Path,
+    tar: tarfile.TarFile,
+    cursor: _Cursor,
+    limits: ArchiveLimits,
+    root: str,
+    layout: Layout = SHARD_LAYOUT,
 ) -> Iterator[tarfile.TarInfo]:
     """Every member, each checked (name, type, destination, count, running size total)
     before it is yielded."""
@@ -290,14 +323,14 @@ def _checked(
                 "limit on members per archive; nothing was extracted from it.",
                 hint=_raise_hint("--max-members", MAX_MEMBERS_ENV, f"{limits.max_members * 2}"),
             )
-        problem = _refusal(member, root)
+        problem = _refusal(member, root, layout)
         if problem is None and member.name in seen:
             problem = "a second member of the same name"
         if problem is not None:
             raise GateError(
                 f"{where} is {problem}; the archive was rejected and nothing was extracted "
                 "from it.",
-                hint=REFUSED_HINT,
+                hint=layout.hint,
             )
         seen.add(member.name)
         if member.isfile():
@@ -314,10 +347,10 @@ def _checked(
                     ),
                 )
         yield member
-    _check_trailer(archive, tar, cursor)
+    _check_trailer(archive, tar, cursor, layout.hint)
 
 
-def _check_trailer(archive: Path, tar: tarfile.TarFile, cursor: _Cursor) -> None:
+def _check_trailer(archive: Path, tar: tarfile.TarFile, cursor: _Cursor, hint: str) -> None:
     """tarfile ends an archive quietly at the first header it cannot parse, so a member
     whose header understates its size hides the bytes behind it (which another tar
     might read as members). After the last member only the zero padding may follow."""
@@ -327,7 +360,7 @@ def _check_trailer(archive: Path, tar: tarfile.TarFile, cursor: _Cursor) -> None
             f"{cursor.where(archive)}: after this member the archive holds data that is not "
             "a tar header (a header that understates its member's size?); the archive was "
             "rejected and nothing was extracted from it.",
-            hint=REFUSED_HINT,
+            hint=hint,
         )
 
 
@@ -457,6 +490,53 @@ def unpack(
     return contents
 
 
+def extract_tree(
+    archive: Path, destination: Path, layout: Layout, limits: ArchiveLimits | None = None
+) -> int:
+    """Both passes for an archive that becomes a directory of its own (a source bundle):
+    check every member against *layout* and the shared rules, writing nothing; then
+    write them into a staging directory beside *destination* and rename it into place,
+    so *destination* (which must not exist) holds all of the archive or nothing.
+    Executable bits and modification times are kept. Returns the members written."""
+    limits = limits or ArchiveLimits.resolve()
+    with _reading(archive, layout.hint) as (tar, cursor):
+        for _ in _checked(archive, tar, cursor, limits, _LAYOUT_ROOT, layout):
+            pass
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".kiln-unpack-", dir=destination.parent))
+    written = 0
+    try:
+        total = 0
+        with _reading(archive, layout.hint) as (tar, cursor):
+            for member in _checked(archive, tar, cursor, limits, str(staging), layout):
+                target = staging / member.name
+                with _writing(archive, staging):
+                    if member.isdir():
+                        target.mkdir(parents=True, exist_ok=True)
+                        continue
+                    source = tar.extractfile(member)
+                    if source is None:
+                        continue
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    total += copy_capped(
+                        source,
+                        target,
+                        member.size,
+                        limits.max_unpacked_size - total,
+                        member_label(archive, member.name),
+                        layout.hint,
+                    )
+                    if member.mode & 0o111:
+                        target.chmod(0o755)
+                    os.utime(target, (member.mtime, member.mtime))
+                written += 1
+        with _writing(archive, staging):
+            staging.rename(destination)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return written
+
+
 @contextmanager
 def open_member(
     archive: Path, name: str, limits: ArchiveLimits | None = None
@@ -473,7 +553,14 @@ def open_member(
     yield None
 
 
-def copy_capped(source: IO[bytes], target: Path, declared: int, allowed: int, where: str) -> int:
+def copy_capped(
+    source: IO[bytes],
+    target: Path,
+    declared: int,
+    allowed: int,
+    where: str,
+    hint: str = REFUSED_HINT,
+) -> int:
     """Stream ``source`` into a new file ``target`` in chunks, refusing (and removing the
     partial file) once it yields more than its header ``declared`` or than ``allowed``
     bytes. Returns the bytes written."""
@@ -488,7 +575,7 @@ def copy_capped(source: IO[bytes], target: Path, declared: int, allowed: int, wh
                     raise GateError(
                         f"{where}: yields more bytes than its header's {format_size(declared)}; "
                         "the archive was rejected.",
-                        hint=REFUSED_HINT,
+                        hint=hint,
                     )
                 if written > allowed:
                     raise GateError(

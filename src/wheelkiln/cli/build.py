@@ -76,6 +76,32 @@ def _cache_line(record: dict[str, Any]) -> str:
     callback=lambda ctx, param, value: check_finite(value, "--lock-timeout"),
     help="Seconds to wait for another build on this builder (default: wait).",
 )
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "dask"]),
+    envvar="KILN_EXECUTOR",
+    help="With --shards: the engine that runs the shard and link jobs (default: "
+    "$KILN_EXECUTOR, else local).",
+)
+@click.option(
+    "--scheduler",
+    envvar="KILN_SCHEDULER",
+    help="With --executor dask: the Dask scheduler, tcp://HOST:PORT (default: $KILN_SCHEDULER).",
+)
+@click.option(
+    "--handoff",
+    type=click.Path(path_type=Path),
+    envvar="KILN_HANDOFF",
+    help="With --executor dask: a directory every worker sees at the same path, for the "
+    "source bundle, the shard archives and the wheel (default: $KILN_HANDOFF).",
+)
+@click.option(
+    "--worker-memory",
+    type=click.IntRange(1),
+    envvar="KILN_WORKER_MEMORY",
+    help="With --executor dask: GB of the workers' MEM_GB resource each task asks for "
+    "(default: $KILN_WORKER_MEMORY, else none).",
+)
 @json_option("the build record")
 def build(
     recipe_ref: str,
@@ -92,6 +118,10 @@ def build(
     smoke: bool,
     no_wheel_cache: bool,
     lock_timeout: float | None,
+    executor: str | None,
+    scheduler: str | None,
+    handoff: Path | None,
+    worker_memory: int | None,
     as_json: bool,
 ) -> None:
     """Build one cell of RECIPE (a path, or a name under recipes/) into a wheel.
@@ -113,8 +143,28 @@ def build(
             "--recache": recache,
             "--no-wheel-cache": no_wheel_cache,
         },
-        {"--filter": mechanism is not None},
+        {"--filter": mechanism is not None, "--executor": _on_command_line("executor")},
     )
+    # $KILN_EXECUTOR and the fleet's variables are defaults for sharded builds; only the
+    # options given on the command line are refused where they do not apply.
+    executor = executor if shards is not None else None
+    fleet = {
+        "scheduler": scheduler,
+        "handoff": str(handoff) if handoff is not None else None,
+        "worker_memory": str(worker_memory) if worker_memory is not None else None,
+    }
+    given = [f"--{key.replace('_', '-')}" for key in fleet if _on_command_line(key)]
+    if executor == "dask" and workdir is not None:
+        raise UsageError(
+            "--workdir cannot be used with --executor dask: the fleet's workers build under "
+            "their own $KILN_HOME.",
+            hint="Drop --workdir, or set KILN_HOME for each `dask worker`.",
+        )
+    if executor != "dask" and given:
+        raise UsageError(
+            f"{', '.join(given)} applies only with --executor dask.",
+            hint="Add --shards N --executor dask, or drop the option.",
+        )
     check_job_locations(out_dir, workdir, cache_dir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
@@ -126,6 +176,25 @@ def build(
         workdir=workdir,
         jobs=jobs,
     )
+    if executor == "dask":
+        from wheelkiln.executors.sharded import run_sharded
+
+        assert shards is not None  # --executor applies only with --shards
+        # No builder lock here: the fleet's workers build, each under its own lock and
+        # its builder resource, and this machine may well be one of them.
+        run_sharded(
+            loaded,
+            chosen,
+            options,
+            shards,
+            out_dir=out_dir,
+            mechanism=mechanism,
+            smoke=smoke,
+            on_report=emit_json if as_json else None,
+            executor="dask",
+            executor_settings={key: value for key, value in fleet.items() if value is not None},
+        )
+        return
     with builder_lock(lock_timeout):
         if shards is not None:
             from wheelkiln.executors.sharded import run_sharded
@@ -183,6 +252,11 @@ def build(
     missed = record["cache"]["missed_tus"]
     if missed and record["cache"].get("hits", 0):
         ui.info(f"{len(missed)} TU(s) missed the cache: " + escape(", ".join(missed[:10])))
+
+
+def _on_command_line(parameter: str) -> bool:
+    source = click.get_current_context().get_parameter_source(parameter)
+    return source is click.core.ParameterSource.COMMANDLINE
 
 
 def _refuse_inapplicable(

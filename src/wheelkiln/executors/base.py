@@ -21,7 +21,7 @@ from wheelkiln.builder.cell import BuildOptions
 from wheelkiln.cells import Cell
 from wheelkiln.errors import KilnError
 from wheelkiln.recipe.load import LoadedRecipe
-from wheelkiln.shard.link import LinkResult
+from wheelkiln.shard.link import LinkGateResult
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,9 @@ class ShardRun:
     """The shard's build record (``kind: shard``); None when the job ended without one."""
     problem: str | None = None
     """Why the shard did not pass, in words; None when it passed."""
+    placement: Mapping[str, Any] | None = None
+    """Where an engine that places jobs on other machines ran it (the Dask executor:
+    every worker that started it, the tries, the start latency); None for local jobs."""
 
     @property
     def status(self) -> str:
@@ -75,6 +78,17 @@ class ShardRun:
 
 
 @dataclass(frozen=True)
+class LinkRun:
+    """How the link job ended, as the executor saw it: its record (``kind: link``,
+    written beside the wheel in the job's ``out_dir``) and its gate."""
+
+    record: dict[str, Any]
+    gate: LinkGateResult
+    wall_seconds: float
+    """The link job's build (local), or its whole task (on a fleet)."""
+
+
+@dataclass(frozen=True)
 class ShardedRun:
     """What an executor hands back: every shard job, then the link job's result or the
     error that ended it (a failed full build, a wheel that fails its checks)."""
@@ -82,7 +96,7 @@ class ShardedRun:
     job: ShardedJob
     shards: tuple[ShardRun, ...]
     """In index order, one per shard job."""
-    link: LinkResult | None
+    link: LinkRun | None
     link_error: KilnError | None
     parallel: int
     """Shard jobs that ran at once."""
@@ -90,6 +104,8 @@ class ShardedRun:
     """Cores of the machine the shard jobs shared (for the summary's honest label)."""
     shards_wall_seconds: float
     wall_seconds: float
+    workers: Mapping[str, Mapping[str, float]] | None = None
+    """A fleet's workers and the resources each offered; None for one machine."""
 
 
 class Executor(Protocol):

@@ -14,10 +14,16 @@ from typing import TypeVar
 from wheelkiln import run, ui
 from wheelkiln.cells import shard_label
 from wheelkiln.errors import GateError, KilnError, UsageError
-from wheelkiln.executors.base import ExecutorSettings, ShardedJob, ShardedRun, ShardRun
+from wheelkiln.executors.base import (
+    ExecutorSettings,
+    LinkRun,
+    ShardedJob,
+    ShardedRun,
+    ShardRun,
+)
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.shard.job import ShardResult, run_shard
-from wheelkiln.shard.link import LinkResult, run_link
+from wheelkiln.shard.link import run_link
 
 T = TypeVar("T")
 
@@ -148,10 +154,10 @@ class LocalExecutor:
                 shard = shards[index] = _shard_run(job, index, jobs, done)
                 _say_how_it_ended(shard)
         shards_wall = time.perf_counter() - started
-        link: LinkResult | None = None
+        link: LinkRun | None = None
         link_error: KilnError | None = None
         try:
-            link = run_link(
+            linked = run_link(
                 job.loaded,
                 job.cell,
                 shards_dir,
@@ -160,6 +166,7 @@ class LocalExecutor:
                 expected_count=job.count,
                 smoke=job.smoke,
             )
+            link = LinkRun(linked.record, linked.gate, linked.outcome.wall_seconds)
         except KilnError as exc:
             link_error = exc
         return ShardedRun(

@@ -21,8 +21,15 @@ def _local(settings: ExecutorSettings) -> Executor:
     return LocalExecutor.from_settings(settings)
 
 
+def _dask(settings: ExecutorSettings) -> Executor:
+    from wheelkiln.executors.dask import DaskExecutor
+
+    return DaskExecutor.from_settings(settings)
+
+
 EXECUTORS: Final[dict[str, ExecutorFactory]] = {
     "local": _local,
+    "dask": _dask,
 }
 """Every engine, by the name ``--executor`` takes."""
 

@@ -100,6 +100,8 @@ def shard_report(shard: ShardRun) -> dict[str, Any]:
         # job, not only the build inside it.
         "wall_seconds": round(shard.wall_seconds, 3),
     }
+    if shard.placement is not None:
+        record["fleet"] = dict(shard.placement)
     return record
 
 
@@ -118,7 +120,9 @@ def sharded_report(done: ShardedRun, records: list[dict[str, Any]]) -> dict[str,
     assert link is not None
     failures = [failure for shard in done.shards if (failure := _failure(shard)) is not None]
     slowest = max((r["process"]["wall_seconds"] for r in records), default=0.0)
+    fleet = {"workers": {k: dict(v) for k, v in done.workers.items()}} if done.workers else {}
     return {
+        **fleet,
         "cell": job.cell.id,
         "count": job.count,
         "parallel": done.parallel,
@@ -126,7 +130,7 @@ def sharded_report(done: ShardedRun, records: list[dict[str, Any]]) -> dict[str,
         "link": link.record,
         "wall_seconds": round(done.wall_seconds, 3),
         "shards_wall_seconds": round(done.shards_wall_seconds, 3),
-        "slowest_shard_plus_link_seconds": round(slowest + link.outcome.wall_seconds, 3),
+        "slowest_shard_plus_link_seconds": round(slowest + link.wall_seconds, 3),
         "measured": {
             "shards": job.count,
             "parallel": done.parallel,
@@ -227,11 +231,16 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     """The lines under the table of ``kiln build --shards``."""
     link = report["link"]
     cold = report["unsharded_cold_seconds"]
+    measured = (
+        f"measured on the fleet: {report['count']} shards on {len(report['workers'])} "
+        "worker(s), each task's whole time"
+        if report.get("workers")
+        else measured_here(**report["measured"])
+        + "; not an estimate for shards on separate machines"
+    )
     lines = [
         f"wall {report['wall_seconds']:.1f} s; slowest shard + link "
-        f"{report['slowest_shard_plus_link_seconds']:.1f} s ("
-        + measured_here(**report["measured"])
-        + "; not an estimate for shards on separate machines)",
+        f"{report['slowest_shard_plus_link_seconds']:.1f} s ({measured})",
         f"unsharded cold: {cold:.1f} s"
         if cold
         else "unsharded cold: unknown for these inputs "

@@ -200,90 +200,76 @@ def make_timeline(paths: Sequence[Path], *, real_time: bool = False, slowest: in
     )
 
 
-def timeline_chart(timeline: Timeline) -> Any:
-    """A row per job slot, a bar per TU coloured by action; the critical path's bars
-    outlined (Vega-Lite through altair, as every kiln page)."""
-    import altair as alt
-
-    from wheelkiln.plots import inline_data
-
-    data: list[dict[str, Any]] = []
-    order: list[str] = []
+def render_html(timeline: Timeline) -> str:
+    """A self-contained page: one row per job slot, a bar per TU coloured by action, the
+    critical path's jobs outlined (inline SVG, no scripts, as kiln's bench report)."""
+    rows: list[tuple[str, bool, list[dict[str, Any]]]] = []
     for job in timeline.jobs:
         shift = timeline.offsets[job.label] - job.start
-        critical = job.label in timeline.critical
-        slots = sorted({int(e.get("tid", 0)) for e in job.trace["traceEvents"] if e["ph"] == "X"})
-        rows = {
-            slot: f"{job.label}{' (critical path)' if critical else ''} · slot {slot + 1}"
-            for slot in slots
-        }
-        order.extend(rows[slot] for slot in slots)
+        by_slot: dict[int, list[dict[str, Any]]] = {}
         for event in job.trace["traceEvents"]:
-            if event["ph"] != "X":
-                continue
-            start = event["ts"] / 1e6 + shift
-            data.append(
-                {
-                    "row": rows[int(event.get("tid", 0))],
-                    "start": round(start, 3),
-                    "end": round(start + event["dur"] / 1e6, 3),
-                    "tu": event["name"],
-                    "action": str(event.get("cat", "")),
-                    "critical": critical,
-                }
+            if event["ph"] == "X":
+                start = event["ts"] / 1e6 + shift
+                by_slot.setdefault(int(event.get("tid", 0)), []).append(
+                    {
+                        "start": start,
+                        "seconds": event["dur"] / 1e6,
+                        "tu": event["name"],
+                        "action": event.get("cat", ""),
+                    }
+                )
+        for slot in sorted(by_slot) or [0]:
+            rows.append(
+                (
+                    f"{job.label} · slot {slot + 1}",
+                    job.label in timeline.critical,
+                    by_slot.get(slot, []),
+                )
             )
-    domain = [action for action in COLOURS if any(row["action"] == action for row in data)]
+    span = max(
+        [timeline.offsets[j.label] + j.seconds for j in timeline.jobs]
+        + [b["start"] + b["seconds"] for _l, _c, bars in rows for b in bars]
+    )
+    width, left, row_height = 1000, 220, 18
+    scale = (width - left - 10) / span if span > 0 else 1.0
+    height = row_height * len(rows) + 40
+    parts = [f'<svg width="{width}" height="{height}" role="img">']
+    for number, (label, critical, bars) in enumerate(rows):
+        y = 20 + number * row_height
+        weight = "bold" if critical else "normal"
+        parts.append(f'<text x="4" y="{y + 13}" font-weight="{weight}">{html.escape(label)}</text>')
+        for bar in bars:
+            x = left + bar["start"] * scale
+            w = max(bar["seconds"] * scale, 1.0)
+            colour = COLOURS.get(bar["action"], "#76b7b2")
+            stroke = ' stroke="#000" stroke-width="1"' if critical else ""
+            tip = html.escape(f"{bar['tu']} ({bar['action']}, {bar['seconds']:.2f} s)")
+            parts.append(
+                f'<rect x="{x:.1f}" y="{y + 2}" width="{w:.1f}" height="{row_height - 4}" '
+                f'fill="{colour}"{stroke}><title>{tip}</title></rect>'
+            )
+    for tick in range(6):
+        seconds = span * tick / 5
+        x = left + seconds * scale
+        parts.append(f'<text x="{x:.0f}" y="{height - 6}">{seconds:.0f} s</text>')
+    parts.append("</svg>")
+    legend = " ".join(
+        f'<span style="background:{colour};color:#fff;padding:0 4px">{action}</span>'
+        for action, colour in COLOURS.items()
+    )
+    slowest = "".join(
+        f"<tr><td>{html.escape(e['tu'])}</td><td>{html.escape(str(e['action']))}</td>"
+        f"<td>{html.escape(e['job'])}</td><td>{e['seconds']:.2f}</td></tr>"
+        for e in timeline.slowest
+    )
+    title = html.escape(f"kiln timeline: {timeline.cell}")
+    path = html.escape(" + ".join(timeline.critical))
     return (
-        alt.Chart(inline_data(data))
-        .mark_bar(height=12)
-        .encode(
-            x=alt.X("start:Q", title="seconds (shards from zero, the link job after the slowest)"),
-            x2="end:Q",
-            y=alt.Y("row:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)),
-            color=alt.Color(
-                "action:N",
-                scale=alt.Scale(domain=domain, range=[COLOURS[a] for a in domain]),
-                legend=alt.Legend(title="action", orient="top"),
-            ),
-            stroke=alt.condition("datum.critical", alt.value("#000"), alt.value(None)),
-        )
-        .properties(width=560, height=max(40, 18 * len(order)))
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title>"
+        "<style>body{font:14px system-ui,sans-serif;margin:2em}svg text{font:11px system-ui,sans-serif}"
+        "td{padding:0 1em 0 0}</style></head><body>"
+        f"<h1>{title}</h1><p>critical path: {path}, {timeline.critical_seconds:.1f} s "
+        "(bold rows, outlined bars)</p>"
+        f"<p>{legend}</p>{''.join(parts)}<h2>Slowest TUs</h2><table><tr><th>TU</th><th>action</th>"
+        f"<th>job</th><th>seconds</th></tr>{slowest}</table></body></html>\n"
     )
-
-
-def render_html(timeline: Timeline) -> str:
-    """A static page: the timeline as an SVG plot, the jobs and the slowest TUs as tables."""
-    from wheelkiln.plots import html_page, html_table, plot_block
-
-    data = timeline.as_dict()
-    jobs = html_table(
-        ["job", "starts at (s)", "seconds", "TUs", "critical path"],
-        [
-            [
-                job["job"],
-                f"{job['offset_seconds']:.1f}",
-                f"{job['seconds']:.1f}",
-                str(job["tus"]),
-                "yes" if job["job"] in timeline.critical else "",
-            ]
-            for job in data["jobs"]
-        ],
-        numeric={"starts at (s)", "seconds", "TUs"},
-    )
-    slowest = html_table(
-        ["TU", "action", "job", "seconds"],
-        [[e["tu"], str(e["action"]), e["job"], f"{e['seconds']:.2f}"] for e in timeline.slowest],
-        numeric={"seconds"},
-    )
-    title = f"kiln timeline: {timeline.cell}"
-    body = (
-        f"<h1>{html.escape(title)}</h1>"
-        f"<p>critical path: {html.escape(' + '.join(timeline.critical))}, "
-        f"{timeline.critical_seconds:.1f} s (outlined bars)</p>"
-        + plot_block(timeline_chart(timeline), "timeline of every TU")
-        + "<h2>Jobs</h2>"
-        + jobs
-        + "<h2>Slowest TUs</h2>"
-        + slowest
-    )
-    return html_page(title, body)

@@ -1,0 +1,216 @@
+"""``kiln build --shards N --executor dask`` on a real Dask cluster on 127.0.0.1.
+
+The cluster is a ``distributed.LocalCluster`` with two worker processes (nannies), each
+with its own ``KILN_HOME`` and ``KILN_STATE_HOME``: its own trees, caches, sources,
+builder lock and unpacked bundles. Only their build environments are shared on purpose
+with the test session's home (an environment is keyed by its requirements and
+interpreter, its creation is locked, and builds only read it): making them again per
+worker would cost about a minute of the CI budget. The handoff directory is a plain
+directory, as an NFS mount would be.
+
+The kill tests look at the scheduler's view (which worker is processing a shard's
+task) and SIGKILL that worker's process, as a lost machine would end it; its nanny
+starts a fresh worker, as a supervisor on a real builder would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Kiln
+from tests.integration.test_link_verify import tiny_package, tiny_recipe
+
+pytestmark = pytest.mark.compile
+
+TINY_CELL = "kiln-tiny-py3.11-linux-x86_64"
+
+
+class Fleet:
+    """A LocalCluster with per-worker homes, and a client to watch and kill its workers."""
+
+    def __init__(self, root: Path, session_home: Path) -> None:
+        from distributed import Client, LocalCluster, Nanny
+
+        self.cluster = LocalCluster(
+            host="127.0.0.1", n_workers=0, processes=True, dashboard_address=None
+        )
+        self.homes = []
+        for index in range(2):
+            home = root / f"worker{index}"
+            (home / "home").mkdir(parents=True)
+            (session_home / "envs").mkdir(exist_ok=True)
+            (home / "home" / "envs").symlink_to(session_home / "envs")
+            self.homes.append(home)
+            self.cluster.worker_spec[f"builder-{index}"] = {
+                "cls": Nanny,
+                "options": {
+                    "host": "127.0.0.1",
+                    "nthreads": 1,
+                    "memory_limit": 0,
+                    "resources": {"builder": 1, "cuda": 1},
+                    "env": {
+                        "KILN_HOME": str(home / "home"),
+                        "KILN_STATE_HOME": str(home / "state"),
+                    },
+                },
+            }
+        self.cluster.scale(2)
+        self.address: str = self.cluster.scheduler_address
+        self.client = Client(self.address, set_as_default=False)
+        self.client.wait_for_workers(2, timeout=60)
+
+    def ready(self) -> None:
+        """Both workers up (a killed one comes back under its nanny)."""
+        self.client.wait_for_workers(2, timeout=60)
+
+    def worker_running(self, job: str) -> str | None:
+        """The worker executing the task for *job* (``shard-0``, ``link``) now. The
+        scheduler's ``processing`` also lists tasks a worker holds waiting for its
+        builder, so each worker is asked what it executes."""
+        try:
+            executing = self.client.run(_executing)
+        except Exception:  # a worker went away while being asked
+            return None
+        for worker, keys in executing.items():
+            if any(str(key).endswith(f"-{job}") for key in keys):
+                return str(worker)
+        return None
+
+    def kill(self, worker: str) -> None:
+        pid = self.client.run(os.getpid, workers=[worker])[worker]
+        os.kill(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        self.client.close()
+        self.cluster.close()
+
+
+def _executing(dask_worker: Any) -> list[str]:
+    return [str(task.key) for task in dask_worker.state.executing]
+
+
+@pytest.fixture
+def fleet(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> Iterator[Fleet]:
+    """A fleet per test: a test that kills workers leaves nothing behind for the next."""
+    running = Fleet(tmp_path_factory.mktemp("fleet"), kiln_home)
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def one_worker() -> Iterator[tuple[str, str]]:
+    """A scheduler with one in-process worker offering builder=1: (scheduler, worker)."""
+    from distributed import LocalCluster
+
+    with LocalCluster(host="127.0.0.1", protocol="tcp", n_workers=1, threads_per_worker=1,
+                      processes=False,
+                      dashboard_address=None, resources={"builder": 1}) as cluster:
+        yield cluster.scheduler_address, next(iter(cluster.scheduler_info["workers"]))
+
+
+def kill_during(fleet: Fleet, job: str, times: int, after: float) -> threading.Thread:
+    """Kill the worker running *job*, *after* seconds into each of its first *times* tries."""
+    killed: list[str] = []
+
+    def watch() -> None:
+        deadline = time.monotonic() + 600
+        while len(killed) < times and time.monotonic() < deadline:
+            worker = fleet.worker_running(job)
+            if worker is None or worker in killed:
+                time.sleep(0.05)
+                continue
+            time.sleep(after)
+            if fleet.worker_running(job) == worker:
+                fleet.kill(worker)
+                killed.append(worker)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.killed = killed  # type: ignore[attr-defined]
+    thread.start()
+    return thread
+
+
+def fleet_build(kiln: Kiln, fleet: Fleet, recipe: Path, tmp_path: Path, count: int,
+                **kwargs: Any) -> Any:
+    return kiln("build", recipe, "--shards", str(count), "--executor", "dask", "--scheduler",
+                fleet.address, "--handoff", tmp_path / "handoff", "--out", tmp_path / "dist",
+                "--json", **kwargs)
+
+
+def test_shard_whose_worker_is_lost_twice_is_named_by_the_link_gate(
+    kiln: Kiln, fleet: Fleet, tmp_path: Path
+) -> None:
+    fleet.ready()
+    (tmp_path / "handoff").mkdir()
+    tree = tiny_package(tmp_path)
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    killer = kill_during(fleet, "shard-1", times=2, after=1.0)
+    result = fleet_build(kiln, fleet, recipe, tmp_path, 2, check=False)
+    killer.join(timeout=5)
+    assert result.returncode == 5, result.stderr
+    lost = killer.killed  # type: ignore[attr-defined]
+    assert len(lost) == 2
+    report = json.loads(result.stdout)
+    assert report["shards"][1]["fleet"]["workers"][:2] == lost
+    assert report["gate"]["problems"][0] == (
+        f"shard 2/2: its worker was lost twice ({lost[0]}, {lost[1]}); not retried again"
+    )
+    assert any(p.startswith("shard 2/2 is missing: no ") for p in report["gate"]["problems"])
+    # The link job still ran on what it had, and kept its wheel; the run's files stay.
+    assert report["link"]["wheel"]["path"].startswith(str(tmp_path / "dist"))
+    assert Path(report["shards"][0]["handoff"]["archive"]).is_file()
+    message = " ".join(result.stderr.split())
+    assert f"The sharded build of {TINY_CELL} did not pass:" in message
+    assert "Traceback" not in result.stderr
+
+
+def test_task_no_worker_can_run_is_an_error_naming_the_resource(
+    kiln: Kiln, one_worker: tuple[str, str], tmp_path: Path
+) -> None:
+    scheduler, worker = one_worker
+    (tmp_path / "handoff").mkdir()
+    recipe = tiny_recipe(tiny_package(tmp_path), tmp_path, verify='extension_modules = ["x"]')
+    result = kiln("build", recipe, "--shards", "2", "--executor", "dask", "--handoff",
+                  tmp_path / "handoff", "--out", tmp_path / "dist", check=False,
+                  env={"KILN_SCHEDULER": scheduler, "KILN_WORKER_MEMORY": "64"})
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines()[:2] == [
+        f"error: No worker of the Dask scheduler at {scheduler} can run the tasks of "
+        f"{TINY_CELL}, which ask for MEM_GB=64 builder=1: no worker offers MEM_GB=64 "
+        f"({worker} offers builder=1); nothing was submitted.",
+        f'Start a worker that offers them: dask worker {scheduler} --nthreads 1 --resources '
+        '"MEM_GB=64 builder=1".',
+    ]
+    assert not any((tmp_path / "handoff").iterdir())
+
+
+def test_unreachable_scheduler_is_an_error_naming_it_with_nothing_started(
+    kiln: Kiln, tmp_path: Path
+) -> None:
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "handoff").mkdir()
+    recipe = tiny_recipe(tiny_package(tmp_path), tmp_path, verify='extension_modules = ["x"]')
+    address = f"tcp://127.0.0.1:{port}"
+    result = kiln("build", recipe, "--shards", "2", "--executor", "dask", "--scheduler", address,
+                  "--handoff", tmp_path / "handoff", "--out", tmp_path / "dist", check=False)
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        f"error: Cannot reach the Dask scheduler at {address}: connection refused; nothing "
+        "was started."
+    )
+    assert "Traceback" not in result.stderr
+    assert not any((tmp_path / "handoff").iterdir())
+    assert not (tmp_path / "dist").exists()
+
