@@ -105,24 +105,39 @@ def kernels_cold(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> d
     Under pytest-xdist the first worker to ask builds it under a lock in the run's shared
     temporary directory; the others wait and read its record.
     """
+    return shared_cold_build(tmp_path_factory, kiln_home, "demo-kernels")
+
+
+@pytest.fixture(scope="session")
+def cython_cold(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> dict[str, Any]:
+    """demo-cython built once per test run, unsharded and cold (as :func:`kernels_cold`):
+    read-only, copy its tree or cache before changing them."""
+    return shared_cold_build(tmp_path_factory, kiln_home, "demo-cython")
+
+
+def shared_cold_build(
+    tmp_path_factory: pytest.TempPathFactory, kiln_home: Path, example: str
+) -> dict[str, Any]:
+    """One cold build of *example* per test run, shared by every xdist worker."""
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # popen-gwN/.. is shared by every worker of this run
-    tmp = root / "kernels-cold"
+    tmp = root / f"{example}-cold"
     done = tmp / "record.json"
-    with open(root / "kernels-cold.lock", "a") as lock:
+    with open(root / f"{example}-cold.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir()
-            tree = copy_example("demo-kernels", tmp)
-            recipe_for(tree, "demo-kernels", tmp)
+            tree = copy_example(example, tmp)
+            recipe_for(tree, example, tmp)
             record = Kiln(kiln_home, tmp / "state").json(
-                "build", tmp / "demo-kernels.toml", "--out", tmp / "out", "--workdir",
+                "build", tmp / f"{example}.toml", "--out", tmp / "out", "--workdir",
                 tmp / "work", "--cache-dir", tmp / "ccache", "--no-wheel-cache")
             done.write_text(json.dumps(record))
-    return {"tree": tmp / "demo-kernels", "recipe": tmp / "demo-kernels.toml",
-            "record": json.loads(done.read_text()), "cache": tmp / "ccache"}
+    return {"tree": tmp / example, "recipe": tmp / f"{example}.toml",
+            "record": json.loads(done.read_text()), "cache": tmp / "ccache",
+            "work": tmp / "work"}
 
 
 def copy_example(name: str, destination: Path) -> Path:

@@ -1,5 +1,5 @@
-"""The commands that start kiln's two per-TU programs: the cache launcher and the seat
-wrapper (stdlib only, a leaf).
+"""The commands that start kiln's per-TU programs: the cache launcher, the seat wrapper
+and the Cython front (stdlib only, a leaf).
 
 Build systems start them once per TU, through the compiler front scripts the builder
 writes (:mod:`wheelkiln.builder.toolchain`). Those scripts need the commands, not the
@@ -22,6 +22,10 @@ SRC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The ``src`` directory holding the ``wheelkiln`` package."""
 
 
+CYTHON_FRONT_MARK = "wheelkiln Cython front"
+"""In every Cython front script, so :func:`wheelkiln.cython_front.find_real` skips them."""
+
+
 def _python_c(code: str, python: str | None) -> list[str]:
     return [python or os.path.realpath(sys.executable), "-S", "-E", "-c", code]
 
@@ -37,5 +41,14 @@ def seat_wrapper_argv(python: str | None = None) -> list[str]:
     code = (
         f"import sys;sys.path[0]={SRC_DIR!r};"
         "from wheelkiln.shard.wrapper import exit_fast,main;exit_fast(main())"
+    )
+    return _python_c(code, python)
+
+
+def cython_front_argv(python: str | None = None) -> list[str]:
+    """Starts :mod:`wheelkiln.cython_front`; append ``FRONT_PATH CYTHON_ARGS...``."""
+    code = (
+        f"import sys;sys.path[0]={SRC_DIR!r};"
+        "from wheelkiln.cython_front import main;sys.exit(main())"
     )
     return _python_c(code, python)

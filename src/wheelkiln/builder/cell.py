@@ -30,7 +30,13 @@ from wheelkiln.builder.job_env import (
 )
 from wheelkiln.builder.linker import cmake_version, linker_environment, linker_versions
 from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
-from wheelkiln.builder.toolchain import Launch, find_nvcc, toolchain_environment
+from wheelkiln.builder.toolchain import (
+    Launch,
+    cython_fronts,
+    find_nvcc,
+    toolchain_environment,
+)
+from wheelkiln.cache import cython as cython_cache
 from wheelkiln.cache.backend import CacheBackend, CacheConfig, CacheStats, TUOutcome
 from wheelkiln.cache.registry import make_backend
 from wheelkiln.cache.remote import RemotePlan, plan_remote
@@ -83,6 +89,8 @@ class BuildOutcome:
     log_text: str
     remote: RemotePlan | None = None
     """The remote stores the build was given, and how each went."""
+    cython: dict[str, object] = field(default_factory=dict)
+    """The build's Cython transpiles (:func:`wheelkiln.cache.cython.read_log`)."""
 
 
 def tool_versions(cache: CacheBackend | None) -> dict[str, str]:
@@ -128,7 +136,9 @@ def make_cache(
     return make_backend(
         name,
         CacheConfig(
-            cache_dir=options.cache_dir or default_cache_dir(name),
+            # absolute: the cache runs in the build's own directories (a relative
+            # --cache-dir sent ccache's entries into meson's build directory)
+            cache_dir=(options.cache_dir or default_cache_dir(name)).absolute(),
             base_dir=workdir,
             namespace=options.namespace or loaded.recipe.cache.namespace,
             recache=options.recache,
@@ -208,8 +218,26 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
         cmake = cmake_version(environment.path, env) if system.kind == "cmake" else None
         env.update(linker_environment(recipe.build.linker, system.kind, env, cmake=cmake))
     env.update(options.extra_env)
+    cython_log = job_dir / cython_cache.LOG_NAME
+    cython_path: list[str] = []
+    if cache is not None or options.seat_wrapper:
+        cython_path, site_hook = cython_fronts()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (site_hook, env.get("PYTHONPATH")) if p)
+        env.update(
+            cython_cache.environment(
+                cache_dir=(
+                    cython_cache.cache_directory(cache.config.cache_dir, cache.config.namespace)
+                    if cache is not None
+                    else None
+                ),
+                log_path=str(cython_log),
+                package_root=str(tree),
+                build_dir=str(backend.build_dir or job_dir / "build"),
+                recache=options.recache,
+            )
+        )
     env["PATH"] = os.pathsep.join(
-        [p for p in (prepend, str(environment.bin_dir), env.get("PATH", "")) if p]
+        [p for p in (*cython_path, prepend, str(environment.bin_dir), env.get("PATH", "")) if p]
     )
     check_nvcc_flags(env)
     dist = job_dir / "dist"
@@ -293,4 +321,5 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
         versions=versions,
         log_text=done.output,
         remote=remote,
+        cython=cython_cache.read_log(cython_log),
     )

@@ -40,6 +40,7 @@ def build_record(
             **(stats.as_dict() if stats is not None else {}),
             "missed_tus": sorted({o.source for o in outcome.tu_outcomes if not o.hit}),
         },
+        "cython": dict(outcome.cython),
         "wheel": None,
         "extensions": {},
         "source_digest": outcome.source_digest,

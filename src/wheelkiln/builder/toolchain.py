@@ -353,3 +353,20 @@ def _cuda_home_shim(real_home: Path, shim_home: Path, nvcc_shim: Path) -> Path:
             (shim_home / "bin" / tool.name).symlink_to(tool)
     (shim_home / "bin" / "nvcc").symlink_to(nvcc_shim)
     return shim_home
+
+
+def cython_fronts(scripts_dir: Path | None = None) -> tuple[list[str], str]:
+    """Install the Cython fronts (:mod:`wheelkiln.cython_front`): ``cython`` and
+    ``cython3`` scripts for the front of PATH (meson's ``cython`` program looks for
+    both), and the ``sitecustomize.py`` for ``PYTHONPATH`` that hooks ``cythonize()``
+    in process. Returns (PATH directories, PYTHONPATH directory)."""
+    from wheelkiln import per_tu
+    from wheelkiln.cache.cython import write_site_hook
+
+    scripts = scripts_dir or front_scripts_dir()
+    argv = per_tu.cython_front_argv(real_python())
+    body = f'# {per_tu.CYTHON_FRONT_MARK}\nexec {shlex.join(argv)} "$0" "$@"'
+    directories = [
+        str(install_script(scripts, name, body).parent) for name in ("cython", "cython3")
+    ]
+    return directories, write_site_hook(str(scripts), per_tu.SRC_DIR)

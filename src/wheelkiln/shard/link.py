@@ -279,6 +279,13 @@ def run_link(
             for trouble in (status.trouble() for status in outcome.remote.statuses)
             if trouble
         )
+    cython_misses = outcome.cython.get("misses", 0)
+    if cython_misses:
+        # A Cython transpile the shards did not hand over: counted like a compiler miss.
+        missed_modules = ", ".join(map(str, outcome.cython.get("missed", [])))  # type: ignore[call-overload]
+        problems.append(
+            f"{cython_misses} Cython cache miss(es): the shards did not hand over {missed_modules}"
+        )
     missed = _explain_misses(outcome, shard_logs, ccache_log)
     ledger = compile_ledger(list(outcome.wheel.extensions) if outcome.wheel else [], shard_logs)
     problems.extend(ledger.problems)

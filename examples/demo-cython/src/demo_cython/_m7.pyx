@@ -1,0 +1,13 @@
+# cython: language_level=3
+from demo_cython.common cimport mix
+from demo_cython.weights cimport weight
+
+MODULE = 7
+
+
+def value(int rounds=1000):
+    cdef long acc = MODULE
+    cdef int i
+    for i in range(rounds):
+        acc = mix(acc, i * MODULE)
+    return acc * weight()

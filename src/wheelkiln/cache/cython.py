@@ -1,0 +1,394 @@
+"""The Cython transpile cache: its store, its keys, its log (stdlib only, per transpile).
+
+Cython's own cache (``cythonize(cache=...)``) keys an entry by the *absolute* path of the
+``.pyx``, so a shard tree, the link job's tree and a second checkout never share one,
+and it covers only setuptools' in-process ``cythonize()``. This cache serves both
+fronts of :mod:`wheelkiln.cython_front` (the ``cython`` command line that meson and
+scripts run, and ``cythonize()`` in-process) and keys every path relative to the
+package root or the build directory.
+
+Lookup is in two steps, as ccache's direct mode does, because the files a ``.pyx``
+cimports and includes are known only after Cython has read it:
+
+1. the **module key**: the Cython version, the source's content and its path relative
+   to the package root (it decides the module name), the output's path, the working
+   directory, and the options and directives with every absolute path of the tree
+   written as a token (:class:`PathKeys`);
+2. its **manifest** lists earlier transpiles of that key, each with the dependencies
+   Cython's own scan found (the ``.pxd``/``.pxi`` files, by path key and content digest)
+   and the digests of the files it wrote. The first entry whose dependencies all still
+   have their recorded content is a hit; its files are written back byte for byte.
+
+Dependencies inside the Cython package itself (``libc/*.pxd``) are covered by the
+version and not hashed. The cache lives in ``<compiler cache dir>/kiln-cython/<namespace>``,
+so a shard's archive carries it to the link job with the compiler cache.
+
+Each transpile appends one JSON line to the job's log (``KILN_CYTHON_LOG``):
+``{"source", "output", "outcome", "seconds", "front"}`` with outcome ``hit``, ``miss``,
+``stub`` (a shard's transpile of a TU another shard owns) or ``uncached`` (a call this
+cache does not handle, such as ``--annotate``); :func:`read_log` counts them.
+"""
+
+# Per-transpile path: pathlib costs ~8 ms to import, so os.path strings.
+# ruff: noqa: PTH100, PTH103, PTH105, PTH113, PTH118, PTH119, PTH120
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+SCHEMA = "kiln-cython-1"
+"""Part of every module key: a change in how keys are made retires every entry."""
+
+CACHE_SUBDIR = "kiln-cython"
+"""The cache's directory inside the compiler cache's directory."""
+
+ENV_CACHE = "KILN_CYTHON_CACHE"
+ENV_LOG = "KILN_CYTHON_LOG"
+ENV_RECACHE = "KILN_CYTHON_RECACHE"
+ENV_ROOT = "KILN_CYTHON_ROOT"
+ENV_BUILD_DIR = "KILN_CYTHON_BUILD_DIR"
+
+OUTCOMES = ("hit", "miss", "stub", "uncached")
+_MANIFEST_ENTRIES_KEPT = 8
+
+
+def cache_directory(compiler_cache_dir: str | os.PathLike[str], namespace: str | None) -> str:
+    """Where a build's Cython entries live, beside the compiler cache's own."""
+    return os.path.join(os.fspath(compiler_cache_dir), CACHE_SUBDIR, namespace or "default")
+
+
+def environment(
+    *,
+    cache_dir: str | None,
+    log_path: str,
+    package_root: str,
+    build_dir: str,
+    recache: bool,
+) -> dict[str, str]:
+    """The variables both fronts read: the one place they are written. No *cache_dir*
+    (an uncached build) leaves the cache out and the fronts only log and stub."""
+    env = {
+        ENV_LOG: log_path,
+        ENV_ROOT: package_root,
+        ENV_BUILD_DIR: build_dir,
+        ENV_RECACHE: "1" if recache else "",
+    }
+    if cache_dir:
+        env[ENV_CACHE] = cache_dir
+    return env
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def _under(path: str, root: str) -> bool:
+    return path.startswith(root.rstrip("/") + "/")
+
+
+class PathKeys:
+    """Writes absolute paths as keys that hold in every copy of the tree, and back.
+
+    ``<build>/x`` below the build directory (checked first: it may lie inside the
+    tree), ``<root>/x`` below the package root, ``<cython>/x`` inside the Cython
+    package; anything else stays absolute.
+    """
+
+    __slots__ = ("tokens",)
+
+    def __init__(self, root: str | None, build_dir: str | None, cython_dir: str | None) -> None:
+        pairs = [("<build>", build_dir), ("<root>", root), ("<cython>", cython_dir)]
+        self.tokens = [(token, os.path.normpath(path)) for token, path in pairs if path]
+
+    def key(self, path: str, cwd: str) -> str:
+        absolute = os.path.normpath(os.path.join(cwd, path))
+        for token, base in self.tokens:
+            if absolute == base:
+                return token
+            if _under(absolute, base):
+                return f"{token}/{os.path.relpath(absolute, base)}"
+        return absolute
+
+    def path(self, key: str) -> str:
+        for token, base in self.tokens:
+            if key == token:
+                return base
+            if key.startswith(token + "/"):
+                return os.path.join(base, key[len(token) + 1 :])
+        return key
+
+    def tokenize(self, text: str) -> str:
+        """*text* with every absolute path of the tree written as its token."""
+        for token, base in sorted(self.tokens, key=lambda pair: -len(pair[1])):
+            text = text.replace(base, token)
+        return text
+
+    def detokenize(self, text: str) -> str:
+        for token, base in self.tokens:
+            text = text.replace(token, base)
+        return text
+
+
+def sha256_bytes(data: bytes) -> str:
+    import hashlib  # here only: it loads OpenSSL (~5 ms)
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_digest(path: str) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return sha256_bytes(handle.read())
+    except OSError:
+        return None
+
+
+def module_key(parts: Sequence[str]) -> str:
+    return sha256_bytes("\0".join([SCHEMA, *parts]).encode("utf-8", "surrogateescape"))
+
+
+# --------------------------------------------------------------------------- depfiles
+
+
+def depfile_paths(text: str) -> list[str]:
+    """The prerequisites of a make-style depfile as Cython writes it (spaces escaped)."""
+    _, _, rest = text.partition(": ")
+    paths: list[str] = []
+    for line in rest.replace("\\\n", "\n").splitlines():
+        current = ""
+        for word in line.strip().split(" "):
+            if current.endswith("\\"):
+                current = current[:-1] + " " + word
+                continue
+            if current:
+                paths.append(current)
+            current = word
+        if current and current != "\\":
+            paths.append(current)
+    return [path for path in paths if path]
+
+
+# --------------------------------------------------------------------------- store
+
+
+class Entry:
+    """One cached transpile: its dependencies and the files it wrote."""
+
+    __slots__ = ("dependencies", "depfile", "outputs")
+
+    def __init__(
+        self,
+        dependencies: list[list[str | None]],
+        outputs: dict[str, str],
+        depfile: str | None = None,
+    ) -> None:
+        self.dependencies = dependencies
+        """``[path key, digest or None]``: None for files covered by the Cython version."""
+        self.outputs = outputs
+        """File name (the main output is ``""``, others beside it) → content digest."""
+        self.depfile = depfile
+        """The depfile Cython wrote, tokenized (:meth:`PathKeys.tokenize`), if any."""
+
+    def as_json(self) -> dict[str, object]:
+        return {"deps": self.dependencies, "outputs": self.outputs, "depfile": self.depfile}
+
+
+class TranspileCache:
+    """A directory of manifests (by module key) and results (by content digest)."""
+
+    __slots__ = ("directory",)
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    def _manifest(self, key: str) -> str:
+        return os.path.join(self.directory, "manifests", key[:2], key + ".json")
+
+    def _result(self, digest: str) -> str:
+        return os.path.join(self.directory, "results", digest[:2], digest)
+
+    def _entries(self, key: str) -> list[dict[str, object]]:
+        import json
+
+        try:
+            with open(self._manifest(key), encoding="utf-8") as handle:
+                data = json.load(handle)
+        except (OSError, ValueError):
+            return []
+        return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+
+    def lookup(self, key: str, paths: PathKeys) -> Entry | None:
+        """The newest entry of *key* whose dependencies all have their recorded content
+        now and whose results are all present."""
+        for item in self._entries(key):
+            deps, outputs = item.get("deps"), item.get("outputs")
+            if not isinstance(deps, list) or not isinstance(outputs, dict):
+                continue
+            if all(
+                isinstance(dep, list)
+                and len(dep) == 2
+                and (dep[1] is None or file_digest(paths.path(str(dep[0]))) == dep[1])
+                for dep in deps
+            ) and all(os.path.isfile(self._result(str(digest))) for digest in outputs.values()):
+                depfile = item.get("depfile")
+                return Entry(
+                    [list(dep) for dep in deps],
+                    {str(name): str(digest) for name, digest in outputs.items()},
+                    depfile if isinstance(depfile, str) else None,
+                )
+        return None
+
+    def read_result(self, digest: str) -> bytes:
+        with open(self._result(digest), "rb") as handle:
+            return handle.read()
+
+    def store(self, key: str, entry: Entry, contents: Mapping[str, bytes]) -> None:
+        """Add *entry* (its files' *contents* by digest) in front of *key*'s manifest."""
+        import json
+
+        for digest, data in contents.items():
+            path = self._result(digest)
+            if not os.path.isfile(path):
+                write_atomic(path, data)
+        entries = [entry.as_json(), *self._entries(key)][:_MANIFEST_ENTRIES_KEPT]
+        text = json.dumps(entries, indent=1, sort_keys=True)
+        write_atomic(self._manifest(key), text.encode("utf-8", "surrogateescape"))
+
+
+def write_atomic(path: str, data: bytes) -> None:
+    """Write *path* whole or not at all (parallel transpiles may write the same entry)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+    os.replace(temporary, path)
+
+
+# --------------------------------------------------------------------------- log
+
+LOG_NAME = "cython.jsonl"
+"""The job directory's Cython log."""
+
+
+def append_log(log_path: str | None, record: Mapping[str, object]) -> None:
+    """One JSON line, written with a single O_APPEND write so parallel calls never tear."""
+    if not log_path:
+        return
+    import json
+
+    data = (json.dumps(dict(record), sort_keys=True) + "\n").encode("utf-8", "backslashreplace")
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def read_log(log_path: str | os.PathLike[str]) -> dict[str, object]:
+    """A build's Cython counters: ``hits``, ``misses`` (``uncached`` calls count as
+    misses: the job paid for them), ``stubs``, ``total`` (hits + misses) and the
+    ``missed`` sources. Torn or foreign lines are skipped."""
+    import json
+
+    counts = dict.fromkeys(OUTCOMES, 0)
+    missed: list[str] = []
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        outcome = record.get("outcome") if isinstance(record, dict) else None
+        if outcome not in counts:
+            continue
+        counts[outcome] += 1
+        if outcome in ("miss", "uncached"):
+            missed.append(str(record.get("source")))
+    misses = counts["miss"] + counts["uncached"]
+    return {
+        "hits": counts["hit"],
+        "misses": misses,
+        "uncached": counts["uncached"],
+        "stubs": counts["stub"],
+        "total": counts["hit"] + misses,
+        "missed": sorted(set(missed)),
+    }
+
+
+# --------------------------------------------------------------------------- in-process hook
+
+SITE_HOOK = '''\
+"""Written by wheelkiln: routes Cython's in-process cythonize() through kiln's Cython
+cache (wheelkiln.cython_front.install) once Cython.Build.Dependencies is imported, then
+runs the sitecustomize this one shadows, if any."""
+import sys
+
+
+class _KilnCythonHook:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "Cython.Build.Dependencies":
+            return None
+        from importlib.machinery import PathFinder
+
+        spec = PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        run_module = spec.loader.exec_module
+
+        def exec_module(module):
+            run_module(module)
+            if {src!r} not in sys.path:
+                sys.path.append({src!r})
+            from wheelkiln.cython_front import install
+
+            install(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _KilnCythonHook)
+
+
+def _chain():
+    import importlib.util
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    for entry in sys.path:
+        if entry and os.path.abspath(entry) != here:
+            candidate = os.path.join(entry, "sitecustomize.py")
+            if os.path.isfile(candidate):
+                spec = importlib.util.spec_from_file_location("_shadowed_sitecustomize", candidate)
+                if spec is not None and spec.loader is not None:
+                    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+                return
+
+
+_chain()
+'''
+
+
+def write_site_hook(scripts_dir: str, src_dir: str) -> str:
+    """Write the ``sitecustomize.py`` that puts the in-process hook in place, in a
+    directory named by its content (one path for the same bytes in every job); returns
+    the directory, for ``PYTHONPATH``."""
+    text = SITE_HOOK.format(src=src_dir)
+    directory = os.path.join(scripts_dir, "cython-" + sha256_bytes(text.encode())[:20])
+    path = os.path.join(directory, "sitecustomize.py")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == text:
+                return directory
+    except OSError:
+        pass
+    write_atomic(path, text.encode())
+    return directory

@@ -1,0 +1,451 @@
+"""kiln's two Cython fronts: every transpile of a build goes through the Cython cache
+(:mod:`wheelkiln.cache.cython`), and in a shard only the owner of its C TU pays for it.
+
+* **The command line** (stdlib only, once per transpile): a ``cython`` (and ``cython3``)
+  script first on the build's PATH runs :func:`main`, which finds the real one further
+  down PATH. meson's ``cython`` program and scripts that run ``cython`` go this way.
+* **In process**: setuptools builds call ``Cython.Build.cythonize()`` inside
+  ``setup.py`` (and the ``cythonize`` command runs the same function), where no PATH
+  reaches. A ``sitecustomize.py`` on the build's ``PYTHONPATH``
+  (:data:`wheelkiln.cache.cython.SITE_HOOK`) calls :func:`install` when
+  ``Cython.Build.Dependencies`` is imported, which wraps its ``cythonize_one``: every
+  module cythonize() decides to transpile goes through the same cache, whatever
+  ``cache=`` the setup.py passes. ``CYTHON_CACHE_DIR`` alone would not do: Cython's own
+  cache is off unless setup.py asks for it, and it keys by absolute path.
+
+In a shard job (``KILN_SHARD_COUNT`` set, :class:`wheelkiln.shard.wrapper.SeatConfig`),
+a transpile whose C output is a TU another shard owns (the same partition key the
+seat wrapper computes for that ``.c``) writes a placeholder and its depfile instead:
+the wrapper then stubs the TU's compile, as it would any other.
+"""
+
+# Per-transpile path: pathlib costs ~8 ms to import, so os.path strings.
+# ruff: noqa: PTH100, PTH108, PTH109, PTH113, PTH116, PTH118, PTH119, PTH120, PTH122, PTH208, SIM105
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from wheelkiln.cache import cython as store
+from wheelkiln.per_tu import CYTHON_FRONT_MARK
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from types import ModuleType
+
+_VALUE_OPTIONS = frozenset(
+    {"-o", "--output-file", "-I", "--include-dir", "-w", "--working", "-X", "--directive",
+     "-E", "--compile-time-env", "--module-name", "--shared", "-j", "--parallel"}
+)  # fmt: skip
+_UNCACHED_OPTIONS = frozenset(
+    {"-a", "--annotate", "--annotate-fullc", "--annotate-coverage", "-V", "--version",
+     "-h", "--help", "-k", "--keep-going"}
+)  # fmt: skip
+_SOURCE_EXTENSIONS = (".pyx", ".py")
+
+
+def _now() -> float:
+    return time.perf_counter()
+
+
+class Settings:
+    """What the build told the fronts (:func:`wheelkiln.cache.cython.environment`)."""
+
+    __slots__ = ("build_dir", "cache", "log", "recache", "root")
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        directory = environ.get(store.ENV_CACHE) or None
+        self.cache = store.TranspileCache(directory) if directory else None
+        self.log = environ.get(store.ENV_LOG) or None
+        self.recache = bool(environ.get(store.ENV_RECACHE))
+        self.root = environ.get(store.ENV_ROOT) or None
+        self.build_dir = environ.get(store.ENV_BUILD_DIR) or None
+
+    def paths(self, cython_dir: str | None) -> store.PathKeys:
+        return store.PathKeys(self.root, self.build_dir, cython_dir)
+
+
+def owned_elsewhere(output: str, cwd: str, environ: Mapping[str, str]) -> bool:
+    """True in a seat-partitioned shard when another shard owns the C TU *output*."""
+    if not environ.get("KILN_SHARD_COUNT", "").strip():
+        return False
+    from wheelkiln.shard import partition
+    from wheelkiln.shard.wrapper import SeatConfig
+
+    config = SeatConfig.from_environ(environ)
+    if config.shard_count is None or config.package_root is None:
+        return False
+    tu = partition.tu_key(output, config.package_root, cwd, config.build_dir)
+    partition_map = (
+        partition.PartitionMapFile(config.partition_map_path) if config.partition_map_path else None
+    )
+    return not partition.is_mine(tu, config.shard_index, config.shard_count, partition_map)
+
+
+def is_probe(source: str, output: str, cwd: str) -> bool:
+    """A build system's check that Cython works (meson's ``meson-private``
+    ``sanity_check_for_cython.pyx``): it runs for real and uncounted, in every job,
+    as the seat wrapper runs compiler probes (:data:`wheelkiln.compiler_args.PROBE_MARKERS`)."""
+    from wheelkiln.compiler_args import PROBE_MARKERS
+
+    return any(marker in path for path in (source, output, cwd) for marker in PROBE_MARKERS)
+
+
+def write_placeholder(output: str, depfile: bool, cwd: str) -> None:
+    """What a shard writes for a transpile another shard owns: a C file whose compile
+    the seat wrapper stubs, and the depfile a build system waits for."""
+    text = "/* wheelkiln: transpiled by the shard that owns this TU */\n"
+    store.write_atomic(output, text.encode())
+    if depfile:
+        store.write_atomic(output + ".dep", f"{os.path.relpath(output, cwd)}:\n".encode())
+
+
+def _log(settings: Settings, paths: store.PathKeys, source: str, output: str, cwd: str,
+         outcome: str, started: float, front: str) -> None:  # fmt: skip
+    store.append_log(
+        settings.log,
+        {
+            "source": paths.key(source, cwd),
+            "output": paths.key(output, cwd),
+            "outcome": outcome,
+            "seconds": round(_now() - started, 6),
+            "front": front,
+        },
+    )
+
+
+def _restore(cache: store.TranspileCache, entry: store.Entry, output: str) -> None:
+    directory = os.path.dirname(output)
+    for name, digest in entry.outputs.items():
+        store.write_atomic(
+            os.path.join(directory, name) if name else output, cache.read_result(digest)
+        )
+
+
+def _collect(output: str, started_wall: float) -> tuple[dict[str, str], dict[str, bytes]]:
+    """The files a transpile wrote: its output, and the headers Cython writes beside it
+    for ``public`` and ``api`` declarations (``<output stem>.h``, ``<output stem>_api.h``)
+    when this transpile wrote them."""
+    outputs: dict[str, str] = {}
+    contents: dict[str, bytes] = {}
+    stem = os.path.splitext(output)[0]
+    names = [""]
+    for header in (stem + ".h", stem + "_api.h"):
+        try:
+            if os.stat(header).st_mtime >= started_wall - 1:
+                names.append(os.path.basename(header))
+        except OSError:
+            pass
+    directory = os.path.dirname(output)
+    for name in names:
+        path = os.path.join(directory, name) if name else output
+        with open(path, "rb") as handle:
+            data = handle.read()
+        digest = store.sha256_bytes(data)
+        outputs[name] = digest
+        contents[digest] = data
+    return outputs, contents
+
+
+def _dependencies(paths: store.PathKeys, files: Sequence[str], cwd: str) -> list[list[str | None]]:
+    deps: list[list[str | None]] = []
+    for file in files:
+        key = paths.key(file, cwd)
+        deps.append(
+            [key, None if key.startswith("<cython>") else store.file_digest(paths.path(key))]
+        )
+    return deps
+
+
+# --------------------------------------------------------------------------- command line
+
+
+class CythonCall:
+    """One ``cython`` command line, as far as the cache needs it."""
+
+    __slots__ = ("args", "cacheable", "cplus", "depfile", "output", "sources")
+
+    def __init__(self, args: Sequence[str]) -> None:
+        self.args = list(args)
+        self.sources: list[str] = []
+        self.output: str | None = None
+        self.depfile = False
+        self.cplus = False
+        self.cacheable = True
+        index = 0
+        while index < len(args):
+            arg = args[index]
+            name, equals, value = arg.partition("=")
+            if arg in ("-M", "--depfile"):
+                self.depfile = True
+            elif arg in ("-+", "--cplus"):
+                self.cplus = True
+            elif name in _UNCACHED_OPTIONS or arg in _UNCACHED_OPTIONS:
+                self.cacheable = False
+            elif arg in _VALUE_OPTIONS and not equals:
+                if arg in ("-o", "--output-file") and index + 1 < len(args):
+                    self.output = args[index + 1]
+                index += 1
+            elif equals and name in ("--output-file",):
+                self.output = value
+            elif arg.startswith("-o") and len(arg) > 2:
+                self.output = arg[2:]
+            elif not arg.startswith("-") and arg.endswith(_SOURCE_EXTENSIONS):
+                self.sources.append(arg)
+            index += 1
+        if len(self.sources) != 1:
+            self.cacheable = False
+        elif self.output is None:
+            stem = os.path.splitext(self.sources[0])[0]
+            self.output = stem + (".cpp" if self.cplus else ".c")
+
+    def key_arguments(self, paths: store.PathKeys) -> list[str]:
+        """The options that decide the output: the arguments without the source, the
+        output and depfile flags, absolute paths of the tree as tokens."""
+        kept: list[str] = []
+        skip_next = False
+        for arg in self.args:
+            if skip_next:
+                skip_next = False
+                continue
+            if arg in ("-o", "--output-file"):
+                skip_next = True
+                continue
+            if (
+                arg in ("-M", "--depfile")
+                or arg in self.sources
+                or arg.startswith(("-o", "--output-file="))
+            ):
+                continue
+            kept.append(paths.tokenize(arg))
+        return kept
+
+
+def find_real(name: str, front_dir: str, environ: Mapping[str, str]) -> str | None:
+    """The first *name* on PATH that is not a kiln front."""
+    front = os.path.realpath(front_dir)
+    for entry in environ.get("PATH", "").split(os.pathsep):
+        if not entry or os.path.realpath(entry) == front:
+            continue
+        candidate = os.path.join(entry, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            with open(candidate, "rb") as handle:
+                if CYTHON_FRONT_MARK.encode() in handle.read(512):
+                    continue
+            return candidate
+    return None
+
+
+def cython_package(real: str) -> tuple[str, str] | None:
+    """(version, package directory) of the Cython that the script *real* runs: its
+    ``#!`` interpreter's ``site-packages/Cython`` (``Shadow.py`` holds the version)."""
+    try:
+        with open(real, "rb") as handle:
+            first = handle.readline().decode("utf-8", "replace")
+    except OSError:
+        return None
+    if not first.startswith("#!"):
+        return None
+    interpreter = first[2:].strip().split(" ")[0]
+    prefix = os.path.dirname(os.path.dirname(interpreter))
+    lib = os.path.join(prefix, "lib")
+    try:
+        pythons = sorted(name for name in os.listdir(lib) if name.startswith("python"))
+    except OSError:
+        return None
+    for python in pythons:
+        package = os.path.join(lib, python, "site-packages", "Cython")
+        version = _shadow_version(os.path.join(package, "Shadow.py"))
+        if version:
+            return version, package
+    return None
+
+
+def _shadow_version(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("__version__"):
+                    return line.split("=", 1)[1].strip().strip("'\"")
+    except OSError:
+        return None
+    return None
+
+
+def _spawn(argv: Sequence[str]) -> int:
+    """Run the real Cython with inherited stdio: its exit code (128+signal if killed)."""
+    from wheelkiln.shard.wrapper import spawn_and_wait  # the per-call way to start one
+
+    code = spawn_and_wait(argv)
+    return 128 - code if code < 0 else code
+
+
+def transpile(front: str, args: Sequence[str], environ: Mapping[str, str]) -> int:
+    """Run one ``cython`` command line through the cache; its exit code."""
+    started, started_wall = _now(), time.time()
+    name = os.path.basename(front)
+    real = find_real(name, os.path.dirname(os.path.abspath(front)), environ)
+    if real is None:
+        sys.stderr.write(f"kiln cython front: no {name!r} on PATH after {front}\n")
+        return 127
+    call = CythonCall(args)
+    cwd = os.getcwd()
+    settings = Settings(environ)
+    if not call.sources:  # --version, --help
+        return _spawn([real, *args])
+    source, output = call.sources[0], call.output or call.sources[0] + ".c"
+    if is_probe(source, output, cwd):
+        return _spawn([real, *args])
+    if call.cacheable and owned_elsewhere(output, cwd, environ):
+        write_placeholder(output, call.depfile, cwd)
+        _log(settings, settings.paths(None), source, output, cwd, "stub", started, "cli")
+        return 0
+    package = cython_package(real) if call.cacheable else None
+    paths = settings.paths(package[1] if package else None)
+    if settings.cache is None or package is None:
+        code = _spawn([real, *args])
+        outcome = "uncached" if settings.cache is not None else "miss"
+        _log(settings, paths, source, output, cwd, outcome, started, "cli")
+        return code
+    source_digest = store.file_digest(os.path.join(cwd, source))
+    key = store.module_key(
+        [
+            package[0],
+            paths.key(source, cwd),
+            source_digest or "",
+            paths.key(output, cwd),
+            paths.key(cwd, cwd),
+            "cli",
+            *call.key_arguments(paths),
+        ]
+    )
+    cache = settings.cache
+    entry = None if settings.recache else cache.lookup(key, paths)
+    if entry is not None:
+        _restore(cache, entry, os.path.join(cwd, output))
+        if call.depfile and entry.depfile is not None:
+            store.write_atomic(os.path.join(cwd, output + ".dep"), paths.detokenize(entry.depfile).encode())
+        _log(settings, paths, source, output, cwd, "hit", started, "cli")
+        return 0
+    code = _spawn([real, *([] if call.depfile else ["-M"]), *args])
+    depfile_path = os.path.join(cwd, output + ".dep")
+    if code == 0:
+        try:
+            with open(depfile_path, encoding="utf-8", errors="surrogateescape") as handle:
+                depfile = handle.read()
+        except OSError:
+            depfile = None
+        if depfile is not None:
+            files = store.depfile_paths(depfile) or [source]
+            outputs, contents = _collect(os.path.join(cwd, output), started_wall)
+            entry = store.Entry(_dependencies(paths, files, cwd), outputs, paths.tokenize(depfile))
+            cache.store(key, entry, contents)
+        if not call.depfile:
+            try:
+                os.unlink(depfile_path)
+            except OSError:
+                pass
+    _log(settings, paths, source, output, cwd, "miss", started, "cli")
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``cython_front FRONT_PATH ARGS...``: FRONT_PATH is the script's own ``$0``."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if not arguments:
+        sys.stderr.write("usage: cython_front FRONT_PATH [CYTHON ARGS...]\n")
+        return 2
+    return transpile(arguments[0], arguments[1:], os.environ)
+
+
+# --------------------------------------------------------------------------- in process
+
+
+def install(dependencies: ModuleType) -> None:
+    """Wrap ``Cython.Build.Dependencies.cythonize_one`` with the cache (once)."""
+    original = getattr(dependencies, "cythonize_one", None)
+    if original is None or getattr(original, "_kiln_cached", False):
+        return
+    import inspect
+
+    signature = inspect.signature(original)
+
+    def cythonize_one(*args: object, **kwargs: object) -> object:
+        bound = signature.bind(*args, **kwargs)
+        return cached_cythonize_one(original, dependencies, bound.arguments, args, kwargs)
+
+    cythonize_one._kiln_cached = True  # type: ignore[attr-defined]
+    dependencies.cythonize_one = cythonize_one  # type: ignore[attr-defined]
+
+
+def _options_fingerprint(options: object) -> str:
+    get = getattr(options, "get_fingerprint", None)
+    if callable(get):
+        return str(get())
+    return repr(sorted(vars(options).items())) if options is not None else ""
+
+
+def cached_cythonize_one(
+    original: Callable[..., object],
+    dependencies: ModuleType,
+    arguments: Mapping[str, object],
+    args: tuple[object, ...],
+    kwargs: Mapping[str, object],
+) -> object:
+    """One module of ``cythonize()``: a hit writes the cached files, a stub in a shard
+    writes a placeholder, a miss runs Cython and stores what it wrote."""
+    import json
+
+    started, started_wall = _now(), time.time()
+    environ = os.environ
+    settings = Settings(environ)
+    cwd = os.getcwd()
+    source = os.fspath(str(arguments["pyx_file"]))
+    output = os.fspath(str(arguments["c_file"]))
+    if owned_elsewhere(output, cwd, environ):
+        write_placeholder(output, False, cwd)
+        _log(settings, settings.paths(None), source, output, cwd, "stub", started, "cythonize")
+        return None
+    import Cython  # type: ignore[import-not-found]  # the build environment's own
+
+    cython_dir = os.path.dirname(os.path.abspath(Cython.__file__))
+    paths = settings.paths(cython_dir)
+    options = arguments.get("options")
+    cacheable = settings.cache is not None and not getattr(options, "annotate", False)
+    if not cacheable or settings.cache is None:
+        result = original(*args, **kwargs)
+        outcome = "uncached" if settings.cache is not None else "miss"
+        _log(settings, paths, source, output, cwd, outcome, started, "cythonize")
+        return result
+    metadata = json.dumps(arguments.get("embedded_metadata"), sort_keys=True, default=str)
+    key = store.module_key(
+        [
+            str(getattr(Cython, "__version__", "")),
+            paths.key(source, cwd),
+            store.file_digest(os.path.join(cwd, source)) or "",
+            paths.key(output, cwd),
+            paths.key(cwd, cwd),
+            "cythonize",
+            str(arguments.get("full_module_name")),
+            paths.tokenize(_options_fingerprint(options)),
+            paths.tokenize(metadata),
+        ]
+    )
+    cache = settings.cache
+    entry = None if settings.recache else cache.lookup(key, paths)
+    if entry is not None:
+        _restore(cache, entry, os.path.join(cwd, output))
+        if not arguments.get("quiet"):
+            print(f"kiln: {source} from the Cython cache")
+        _log(settings, paths, source, output, cwd, "hit", started, "cythonize")
+        return None
+    result = original(*args, **kwargs)
+    if os.path.isfile(os.path.join(cwd, output)):
+        tree = dependencies.create_dependency_tree()
+        files = [source, *sorted(set(tree.all_dependencies(source)) - {source})]
+        outputs, contents = _collect(os.path.join(cwd, output), started_wall)
+        cache.store(key, store.Entry(_dependencies(paths, files, cwd), outputs), contents)
+    _log(settings, paths, source, output, cwd, "miss", started, "cythonize")
+    return result

@@ -1,0 +1,133 @@
+"""The Cython cache on examples/demo-cython (meson-python, eight Cython modules, one of
+them 22.5k lines of C): hot builds hit for Cython and C, a tree in another directory
+shares the entries, a changed .pxd misses, and N=3 shards hand every transpile over.
+
+Every test starts from one cold build per run (``cython_cold``), copying its tree and
+cache before building, so each build here runs in a directory of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import Kiln, expected_checksum
+
+pytestmark = pytest.mark.compile
+
+CELL = "demo-cython-py3.11-linux-x86_64"
+SMALL = [f"<root>/src/demo_cython/_m{index}.pyx" for index in range(1, 8)]
+MODULES = sorted(["<build>/_big.pyx", *SMALL])
+
+
+def _copy(cold: dict[str, Any], tmp_path: Path) -> tuple[Path, Path]:
+    """The cold build's tree and cache copied under *tmp_path*, and a recipe for them."""
+    tree = tmp_path / "demo-cython"
+    shutil.copytree(cold["tree"], tree)
+    shutil.copytree(cold["cache"], tmp_path / "ccache")
+    recipe = tmp_path / "demo-cython.toml"
+    recipe.write_text(cold["recipe"].read_text().replace(str(cold["tree"]), str(tree)))
+    return tree, recipe
+
+
+def run_wheel(wheel: str, tmp_path: Path) -> int:
+    """demo_cython.answer() from the wheel, unpacked onto PYTHONPATH (no pip: faster)."""
+    target = tmp_path / "site"
+    shutil.rmtree(target, ignore_errors=True)
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(target)
+    result = subprocess.run(
+        [sys.executable, "-c", "import demo_cython; print(demo_cython.answer())"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(target)},
+        cwd=tmp_path, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout)
+
+
+def _build(kiln: Kiln, recipe: Path, tmp_path: Path, *extra: str) -> dict[str, Any]:
+    return kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "work",
+                     "--cache-dir", tmp_path / "ccache", "--no-wheel-cache", *extra)  # fmt: skip
+
+
+def _generated_c(work: Path, suffix: str = "") -> dict[str, bytes]:
+    """The C files Cython wrote in a build, by module."""
+    build = work / (f"{CELL}-{suffix}" if suffix else CELL) / "build"
+    return {path.name: path.read_bytes() for path in sorted(build.glob("*.so.p/*.pyx.c"))}
+
+
+def test_cold_build_transpiles_every_module_once(cython_cold: dict[str, Any]) -> None:
+    record = cython_cold["record"]
+    assert record["cython"]["misses"] == record["cython"]["total"] == 8
+    assert record["cython"]["missed"] == MODULES
+    assert record["cache"]["misses"] == record["cache"]["total"] == 8
+    generated = _generated_c(cython_cold["work"])
+    assert len(generated) == 8
+    assert generated["_big.pyx.c"].count(b"\n") >= 20_000, "the long TU the example promises"
+
+
+def test_another_directory_hits_and_a_changed_pxd_misses(
+    kiln: Kiln, tmp_path: Path, cython_cold: dict[str, Any]
+) -> None:
+    tree, recipe = _copy(cython_cold, tmp_path)
+    pxd = tree / "src" / "demo_cython" / "weights.pxd"  # cimported by _m7 only
+    pxd.write_text(pxd.read_text().replace("return 5", "return 9"))
+    build = _build(kiln, recipe, tmp_path)
+    # The tree moved: the seven modules untouched by the change hit, for Cython and C ...
+    assert build["cython"]["missed"] == ["<root>/src/demo_cython/_m7.pyx"], build["cython"]
+    assert (build["cython"]["hits"], build["cython"]["misses"]) == (7, 1)
+    assert (build["cache"]["hits"], build["cache"]["misses"]) == (7, 1), build["cache"]
+    # ... each hit writing the bytes Cython wrote in the cold build's directory,
+    before, after = _generated_c(cython_cold["work"]), _generated_c(tmp_path / "work")
+    assert {name for name in before if after[name] == before[name]} == set(before) - {"_m7.pyx.c"}
+    # and the module that cimports the changed .pxd was transpiled again, with the change.
+    assert after["_m7.pyx.c"] != before["_m7.pyx.c"]
+    assert b"return 9" in after["_m7.pyx.c"] and b"return 5" in before["_m7.pyx.c"]
+    assert run_wheel(build["wheel"]["path"], tmp_path) == expected_checksum(tree)
+    assert expected_checksum(tree) != expected_checksum(cython_cold["tree"])
+
+
+@pytest.mark.slow  # one more build than the CI budget holds; the link job below is hot too
+def test_hot_build_is_all_hits(kiln: Kiln, tmp_path: Path, cython_cold: dict[str, Any]) -> None:
+    _, recipe = _copy(cython_cold, tmp_path)
+    hot = _build(kiln, recipe, tmp_path)
+    assert (hot["cython"]["hits"], hot["cython"]["misses"]) == (8, 0), hot["cython"]
+    assert (hot["cache"]["hits"], hot["cache"]["misses"]) == (8, 0), hot["cache"]
+    assert _generated_c(tmp_path / "work") == _generated_c(cython_cold["work"])
+
+
+@pytest.mark.slow  # four builds: over the CI budget of this file
+def test_sharded_three_ways_link_has_no_misses_of_either_kind(
+    kiln: Kiln, tmp_path: Path, cython_cold: dict[str, Any]
+) -> None:
+    tree = tmp_path / "demo-cython"
+    shutil.copytree(cython_cold["tree"], tree)
+    recipe = tmp_path / "demo-cython.toml"
+    recipe.write_text(cython_cold["recipe"].read_text().replace(str(cython_cold["tree"]), str(tree)))
+    report = kiln.json("build", recipe, "--shards", "3", "--jobs", "1", "--out", tmp_path / "out",
+                       "--workdir", tmp_path / "work")  # fmt: skip
+    transpiled: list[str] = []
+    for index, shard in enumerate(report["shards"]):
+        assert shard["shard"]["gate"]["passed"], shard["shard"]["gate"]
+        log = tmp_path / "work" / f"{CELL}-shard-{index}-of-3" / "cython.jsonl"
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        mine = [r["source"] for r in records if r["outcome"] == "miss"]
+        assert shard["cython"]["stubs"] == 8 - len(mine), shard["cython"]
+        transpiled += mine
+    # Each module transpiled by exactly one shard: the owner of its C TU.
+    assert sorted(transpiled) == MODULES
+    link = report["link"]
+    assert link["link"]["gate"]["passed"], link["link"]["gate"]
+    assert (link["cython"]["hits"], link["cython"]["misses"]) == (8, 0), link["cython"]
+    assert (link["cache"]["hits"], link["cache"]["misses"]) == (8, 0), link["cache"]
+    assert run_wheel(link["wheel"]["path"], tmp_path) == expected_checksum(tree)
+    # The link job's tree is not the cold build's: its hits wrote the same C all the same.
+    assert _generated_c(tmp_path / "work", "link") == _generated_c(cython_cold["work"])

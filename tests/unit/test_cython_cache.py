@@ -1,0 +1,133 @@
+"""The Cython cache's pieces that need no Cython: path keys, command lines, depfiles,
+manifests (a changed dependency misses), the log's counters, the shard's stub decision,
+and the fronts finding the real ``cython`` past themselves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wheelkiln import cython_front
+from wheelkiln.cache import cython as store
+from wheelkiln.per_tu import CYTHON_FRONT_MARK
+from wheelkiln.shard import partition
+
+
+def test_path_keys_are_relative_to_root_build_and_cython() -> None:
+    paths = store.PathKeys("/w/job/src", "/w/job/build", "/env/Cython")
+    assert paths.key("../src/pkg/a.pyx", "/w/job/build") == "<root>/pkg/a.pyx"
+    assert paths.key("x.pyx.c", "/w/job/build/m.so.p") == "<build>/m.so.p/x.pyx.c"
+    assert paths.key("/env/Cython/Includes/libc/math.pxd", "/") == "<cython>/Includes/libc/math.pxd"
+    assert paths.key("/usr/include/x.pxd", "/") == "/usr/include/x.pxd"
+    assert paths.path("<root>/pkg/a.pyx") == "/w/job/src/pkg/a.pyx"
+    other = store.PathKeys("/elsewhere/src", "/elsewhere/build", None)
+    assert other.path(paths.key("/w/job/src/pkg/a.pyx", "/")) == "/elsewhere/src/pkg/a.pyx"
+    text = "-I/w/job/src/inc -I/w/job/build"
+    assert paths.tokenize(text) == "-I<root>/inc -I<build>"
+    assert other.detokenize(paths.tokenize(text)) == "-I/elsewhere/src/inc -I/elsewhere/build"
+
+
+def test_command_line_parsing_and_key_arguments() -> None:
+    call = cython_front.CythonCall(["-M", "--fast-fail", "-3", "/w/src/a.pyx", "-o", "a.pyx.c"])
+    assert (call.sources, call.output, call.depfile, call.cacheable) == (["/w/src/a.pyx"], "a.pyx.c", True, True)
+    paths = store.PathKeys("/w/src", "/w/build", None)
+    assert call.key_arguments(paths) == ["--fast-fail", "-3"]
+    cplus = cython_front.CythonCall(["--cplus", "-X", "boundscheck=False", "b.pyx", "-I", "/w/src/inc"])
+    assert cplus.output == "b.cpp" and cplus.cacheable
+    assert cplus.key_arguments(paths) == ["--cplus", "-X", "boundscheck=False", "-I", "<root>/inc"]
+    assert not cython_front.CythonCall(["-a", "c.pyx"]).cacheable  # writes an .html too
+    assert not cython_front.CythonCall(["a.pyx", "b.pyx"]).cacheable
+    assert cython_front.CythonCall(["--version"]).sources == []
+
+
+def test_depfile_paths_read_cythons_format() -> None:
+    text = "a.pyx.c: \\\n  ../src/a.pyx \\\n  ../src/my\\ dir/common.pxd \\\n  /env/Cython/Includes/libc/math.pxd\n"
+    assert store.depfile_paths(text) == [
+        "../src/a.pyx", "../src/my dir/common.pxd", "/env/Cython/Includes/libc/math.pxd"]  # fmt: skip
+
+
+def _entry(tmp_path: Path, paths: store.PathKeys, output: bytes) -> store.Entry:
+    deps = cython_front._dependencies(paths, ["pkg/a.pyx", "pkg/common.pxd"], str(tmp_path / "src"))
+    digest = store.sha256_bytes(output)
+    return store.Entry(deps, {"": digest}, "a.c: \\\n  <root>/pkg/a.pyx\n")
+
+
+def test_manifest_hits_only_while_every_dependency_is_unchanged(tmp_path: Path) -> None:
+    pkg = tmp_path / "src" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "a.pyx").write_text("cimport common\n")
+    (pkg / "common.pxd").write_text("cdef int x\n")
+    paths = store.PathKeys(str(tmp_path / "src"), str(tmp_path / "build"), None)
+    cache = store.TranspileCache(str(tmp_path / "cache"))
+    cache.store("k" * 64, _entry(tmp_path, paths, b"/* one */"), {store.sha256_bytes(b"/* one */"): b"/* one */"})
+    hit = cache.lookup("k" * 64, paths)
+    assert hit is not None and cache.read_result(hit.outputs[""]) == b"/* one */"
+    assert hit.depfile == "a.c: \\\n  <root>/pkg/a.pyx\n"
+    assert cache.lookup("j" * 64, paths) is None
+
+    # A copy of the tree elsewhere finds the entry: dependencies are keyed by <root>.
+    moved = tmp_path / "moved"
+    (moved / "pkg").mkdir(parents=True)
+    for name in ("a.pyx", "common.pxd"):
+        (moved / "pkg" / name).write_bytes((pkg / name).read_bytes())
+    assert cache.lookup("k" * 64, store.PathKeys(str(moved), None, None)) is not None
+
+    (pkg / "common.pxd").write_text("cdef long x\n")
+    assert cache.lookup("k" * 64, paths) is None, "a changed .pxd must miss"
+    cache.store("k" * 64, _entry(tmp_path, paths, b"/* two */"), {store.sha256_bytes(b"/* two */"): b"/* two */"})
+    second = cache.lookup("k" * 64, paths)
+    assert second is not None and cache.read_result(second.outputs[""]) == b"/* two */"
+    (pkg / "common.pxd").write_text("cdef int x\n")  # back: the older entry serves again
+    first = cache.lookup("k" * 64, paths)
+    assert first is not None and cache.read_result(first.outputs[""]) == b"/* one */"
+
+
+def test_read_log_counts_uncached_calls_as_misses(tmp_path: Path) -> None:
+    log = tmp_path / store.LOG_NAME
+    for source, outcome in [("<root>/a.pyx", "hit"), ("<root>/b.pyx", "miss"),
+                            ("<root>/c.pyx", "uncached"), ("<root>/d.pyx", "stub")]:  # fmt: skip
+        store.append_log(str(log), {"source": source, "outcome": outcome})
+    with log.open("a") as handle:
+        handle.write('{"source": "<root>/torn')  # a line torn by a killed build
+    counts = store.read_log(log)
+    assert counts == {"hits": 1, "misses": 2, "uncached": 1, "stubs": 1, "total": 3,
+                      "missed": ["<root>/b.pyx", "<root>/c.pyx"]}  # fmt: skip
+    assert store.read_log(tmp_path / "absent.jsonl")["total"] == 0
+
+
+def test_a_shard_stubs_exactly_the_transpiles_whose_c_tu_another_shard_owns(tmp_path: Path) -> None:
+    root, build = tmp_path / "src", tmp_path / "build"
+    outputs = [f"_m{index}.so.p/_m{index}.pyx.c" for index in range(12)]
+    owners = {out: partition.shard_of(f"<build>/{out}", 3) for out in outputs}
+    for index in range(3):
+        environ = {"KILN_SHARD_COUNT": "3", "KILN_SHARD_INDEX": str(index),
+                   "KILN_PACKAGE_ROOT": str(root), "KILN_BUILD_DIR": str(build)}  # fmt: skip
+        stubbed = {out for out in outputs if cython_front.owned_elsewhere(out, str(build), environ)}
+        assert stubbed == {out for out, owner in owners.items() if owner != index}
+    assert not cython_front.owned_elsewhere(outputs[0], str(build), {"KILN_SHARD_COUNT": ""})
+
+
+def test_find_real_skips_kiln_fronts(tmp_path: Path) -> None:
+    fronts, real = tmp_path / "fronts", tmp_path / "env-bin"
+    for directory, text in ((fronts, f"#!/bin/sh\n# {CYTHON_FRONT_MARK}\n"), (real, "#!/bin/sh\n")):
+        directory.mkdir()
+        (directory / "cython").write_text(text)
+        (directory / "cython").chmod(0o755)
+    other_front = tmp_path / "other"
+    other_front.mkdir()
+    (other_front / "cython").write_text(f"#!/bin/sh\n# {CYTHON_FRONT_MARK}\n")
+    (other_front / "cython").chmod(0o755)
+    path = f"{fronts}:{other_front}:{real}"
+    assert cython_front.find_real("cython", str(fronts), {"PATH": path}) == str(real / "cython")
+    assert cython_front.find_real("cython3", str(fronts), {"PATH": path}) is None
+
+
+@pytest.mark.parametrize("depfile", [True, False])
+def test_placeholder_and_its_depfile(tmp_path: Path, depfile: bool) -> None:
+    out = tmp_path / "m.so.p" / "m.pyx.c"
+    cython_front.write_placeholder(str(out), depfile, str(tmp_path))
+    assert out.read_text().startswith("/* wheelkiln:")
+    assert (out.parent / "m.pyx.c.dep").exists() == depfile
+    if depfile:
+        assert (out.parent / "m.pyx.c.dep").read_text() == "m.so.p/m.pyx.c:\n"
