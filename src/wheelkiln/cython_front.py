@@ -13,6 +13,14 @@
   ``cache=`` the setup.py passes. ``CYTHON_CACHE_DIR`` alone would not do: Cython's own
   cache is off unless setup.py asks for it, and it keys by absolute path.
 
+Paths in the C that Cython writes: the meson form (``cython SOURCE -o OUT`` run in the
+build directory) writes only paths relative to the package (``demo_cython/_m1.pyx``), so
+an entry serves every copy of the tree byte for byte. ``cythonize()`` also writes the
+absolute ``.pyx`` path into its ``Cython Metadata`` comment at the top; the key holds
+that path as ``<root>/...``, so another copy of the tree hits and gets the bytes of the
+build that stored the entry, comment included (no compiler reads a comment, and the
+object ccache then makes matches the one it already holds).
+
 In a shard job (``KILN_SHARD_COUNT`` set, :class:`wheelkiln.shard.wrapper.SeatConfig`),
 a transpile whose C output is a TU another shard owns (the same partition key the
 seat wrapper computes for that ``.c``) writes a placeholder and its depfile instead:

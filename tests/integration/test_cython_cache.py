@@ -1,6 +1,8 @@
 """The Cython cache on examples/demo-cython (meson-python, eight Cython modules, one of
-them 22.5k lines of C): hot builds hit for Cython and C, a tree in another directory
-shares the entries, a changed .pxd misses, and N=3 shards hand every transpile over.
+them 22.5k lines of C): a tree in another directory shares the entries and a changed
+.pxd misses (one build), in-process cythonize() shares them too; hot builds hit for
+Cython and C, and N=3 shards hand every transpile over (``slow``: the CI budget of this
+file holds the cold build and one more).
 
 Every test starts from one cold build per run (``cython_cold``), copying its tree and
 cache before building, so each build here runs in a directory of its own.
@@ -131,3 +133,43 @@ def test_sharded_three_ways_link_has_no_misses_of_either_kind(
     assert run_wheel(link["wheel"]["path"], tmp_path) == expected_checksum(tree)
     # The link job's tree is not the cold build's: its hits wrote the same C all the same.
     assert _generated_c(tmp_path / "work", "link") == _generated_c(cython_cold["work"])
+
+
+def test_in_process_cythonize_hits_from_another_directory(
+    tmp_path: Path, cython_cold: dict[str, Any]
+) -> None:
+    """setuptools' path: cythonize() inside the build's Python, through the site hook.
+    Run here by Cython's own ``cythonize`` command (in process too), without a kiln
+    build around it: the build environment of the cold build has Cython."""
+    from wheelkiln.builder.toolchain import cython_fronts
+    from wheelkiln.cache import cython as cython_cache
+
+    bin_dir = Path(cython_cold["record"]["build_env"]) / "bin"
+    _, site_hook = cython_fronts(tmp_path / "scripts")
+    generated: dict[str, bytes] = {}
+    for name in ("first", "second"):
+        tree = tmp_path / name
+        shutil.copytree(cython_cold["tree"] / "src", tree)
+        log = tmp_path / f"{name}.jsonl"
+        env = {
+            **os.environ,
+            "PYTHONPATH": site_hook,
+            **cython_cache.environment(cache_dir=str(tmp_path / "cache"), log_path=str(log),
+                                       package_root=str(tree), build_dir=str(tree / "build"),
+                                       recache=False),
+        }  # fmt: skip
+        subprocess.run([bin_dir / "cythonize", "--force", "demo_cython/_m7.pyx"], cwd=tree,
+                       env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL)  # fmt: skip
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        assert [(r["source"], r["front"]) for r in records] == [
+            ("<root>/demo_cython/_m7.pyx", "cythonize")]  # fmt: skip
+        generated[name] = (tree / "demo_cython" / "_m7.c").read_bytes()
+        outcome = records[0]["outcome"]
+        assert outcome == ("miss" if name == "first" else "hit")
+    assert generated["second"] == generated["first"]
+    # cythonize() writes the source's absolute path into one place: the metadata comment
+    # (the cached bytes keep the first tree's; no compiler sees a comment).
+    text = generated["first"].decode()
+    metadata_end = text.index("END: Cython Metadata */")
+    assert str(tmp_path / "first") in text[:metadata_end]
+    assert str(tmp_path) not in text[metadata_end:]
