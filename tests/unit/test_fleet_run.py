@@ -3,6 +3,7 @@ folder's reader against hostile input."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from itertools import pairwise
@@ -112,3 +113,32 @@ def test_publishing_copies_no_record_outside_the_run(tmp_path: Path) -> None:
     assert json.loads((target / "records" / "c.json").read_text()) == {"cell": "c"}
     assert not list(tmp_path.rglob("escaped.json"))
     assert 'href="https://x/data/perf/"' in (target / "index.html").read_text()
+
+
+def test_a_sharded_build_gives_a_gantt_row_per_shard_and_link_job(tmp_path: Path) -> None:
+    from wheelkiln.cells import shard_record
+    from wheelkiln.executors.sharded import shards_directory
+    from wheelkiln.fleet.executor import FleetJob, JobResult
+    from wheelkiln.fleet.runner import shard_entries
+
+    cell = Cell("x", "3.11", "none", "none", "linux-x86_64", ())
+    job = FleetJob(cell=cell, recipe=tmp_path / "x.toml", out_dir=tmp_path / "out",
+                   log_path=tmp_path / "x.log", cache="ccache", cache_dir=tmp_path / "c",
+                   namespace="fleet-1", workdir=tmp_path / "work", shards=2)
+    assert "--shards" in job.command() and "--recache" not in job.command()
+    shards = shards_directory(tmp_path / "work", cell, 2)
+    shards.mkdir(parents=True)
+    start = 1_796_000_000
+    for index, (end, seconds, passed) in enumerate([(20, 15.0, True), (30, 12.5, False)]):
+        record = {"timestamp": dt.datetime.fromtimestamp(start + end, dt.UTC).isoformat(),
+                  "wall_seconds": seconds, "gate": {"passed": passed}}
+        (shards / shard_record(cell.id, index, 2)).write_text(json.dumps(record))
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / f"{cell.id}.link.json").write_text(json.dumps({
+        "timestamp": dt.datetime.fromtimestamp(start + 40, dt.UTC).isoformat(),
+        "wall_seconds": 8.0, "exit_code": 0}))
+    rows = shard_entries(job, JobResult(cell.id, "node", start, start + 41, 0), "node")
+    assert [(r["label"].removeprefix(cell.id + " "), r["start"] - start, r["seconds"],
+             r["outcome"]) for r in rows] == [
+        ("shard 1/2", 5.0, 15.0, "ok"), ("shard 2/2", 17.5, 12.5, "failed"),
+        ("link", 32.0, 8.0, "ok")]

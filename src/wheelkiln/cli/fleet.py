@@ -40,6 +40,9 @@ def fleet_group() -> None:
 @click.option("--cache", "cache_name", type=click.Choice(["ccache", "sccache"]),
               default="ccache", show_default=True,
               help="Compiler cache; its counters are sampled for ccache.")
+@click.option("--shards", type=click.IntRange(1, 256),
+              help="Build every cell sharded N ways (kiln build --shards N); the Gantt shows "
+              "each shard and link job. Cache counters are not sampled then.")
 @click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True,
               help="Seconds between samples of each builder.")
 @click.option("--runs-dir", type=click.Path(path_type=Path),
@@ -50,7 +53,7 @@ def fleet_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON on stdout.")
 def fleet_run(
     recipes: tuple[str, ...], filters: tuple[str, ...], lane: str | None, executor_name: str,
-    parallel: int | None, jobs: int | None, cache_name: str, interval: float,
+    parallel: int | None, jobs: int | None, cache_name: str, shards: int | None, interval: float,
     runs_dir: Path | None, workdir: Path | None, keep_caches: bool, as_json: bool,
 ) -> None:
     """Build every selected cell of RECIPES (default: every recipes/*.toml) at once, cold
@@ -78,7 +81,7 @@ def fleet_run(
     if workdir is not None:
         check_output_dir(workdir, "--workdir")
     settings = FleetSettings(runs_dir=runs, cache=cache_name, jobs=jobs, workdir=workdir,
-                             interval=interval, keep_caches=keep_caches)
+                             interval=interval, keep_caches=keep_caches, shards=shards)
     result = run_fleet(selected, settings, executor)
     if result.status == "busy":
         ui.console.print(

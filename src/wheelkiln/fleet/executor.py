@@ -43,14 +43,18 @@ class FleetJob:
     namespace: str
     jobs: int | None = None
     workdir: Path | None = None
+    shards: int | None = None
+    """Build the cell sharded N ways (``kiln build --shards N``): each shard job gets a
+    private, fresh cache of its own, so only the namespace is passed."""
 
     def command(self) -> list[str]:
-        argv = [
-            sys.executable, "-m", "wheelkiln", "build", str(self.recipe), "--cell", self.cell.id,
-            "--cache", self.cache, "--cache-dir", str(self.cache_dir),
-            "--namespace", self.namespace, "--recache", "--no-wheel-cache",
-            "--out", str(self.out_dir),
-        ]
+        argv = [sys.executable, "-m", "wheelkiln", "build", str(self.recipe), "--cell",
+                self.cell.id, "--cache", self.cache, "--namespace", self.namespace]
+        if self.shards is None:
+            argv += ["--cache-dir", str(self.cache_dir), "--recache", "--no-wheel-cache"]
+        else:
+            argv += ["--shards", str(self.shards)]
+        argv += ["--out", str(self.out_dir)]
         if self.jobs is not None:
             argv += ["--jobs", str(self.jobs)]
         if self.workdir is not None:

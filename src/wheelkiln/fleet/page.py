@@ -126,9 +126,10 @@ def _bytes(value: float | None) -> str:
 def _cold_sentence(cold: Any) -> str:
     if not isinstance(cold, dict) or not cold.get("namespace"):
         return ""
+    how = ("forced recache, a private compiler cache per build" if cold.get("recache")
+           else "sharded builds, every shard job with a private, fresh compiler cache")
     return (" Cold: a fresh cache namespace "
-            f"<code>{html.escape(str(cold['namespace']))}</code>, forced recache, a private "
-            "compiler cache per build.")
+            f"<code>{html.escape(str(cold['namespace']))}</code>, {how}.")
 
 
 def render_run_page(
@@ -161,7 +162,8 @@ def render_run_page(
     )
     parts.append("<h2>Every build</h2>")
     if builds:
-        parts.append(plot_block(gantt_chart(builds, origin), "Gantt of every build"))
+        rows = [*builds, *(j for j in run.get("jobs_of_builds", []) if isinstance(j, dict))]
+        parts.append(plot_block(gantt_chart(rows, origin), "Gantt of every build"))
     else:
         parts.append("<p>No build finished in this run.</p>")
     parts.append("<h2>Slowest cells</h2>")

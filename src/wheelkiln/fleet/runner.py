@@ -57,6 +57,8 @@ class FleetSettings:
     interval: float = DEFAULT_INTERVAL
     keep_caches: bool = False
     """Keep each build's private compiler cache after the run (default: deleted)."""
+    shards: int | None = None
+    """Build every cell sharded N ways; the Gantt then has a bar per shard and link job."""
     quiet: bool = False
 
 
@@ -211,21 +213,66 @@ def plan_jobs(
             cell=cell, recipe=loaded.path, out_dir=folder / fmt.OUT_DIR / cell.id,
             log_path=folder / fmt.LOGS_DIR / f"{cell.id}.log", cache=settings.cache,
             cache_dir=scratch / cell.id, namespace=namespace, jobs=settings.jobs,
-            workdir=settings.workdir,
+            workdir=settings.workdir, shards=settings.shards,
         )
         for loaded, cell in selected
     ]
 
 
-def _read_record(job: FleetJob) -> dict[str, Any] | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
     import json
 
-    path = job.out_dir / f"{job.cell.id}.build.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _read_record(job: FleetJob) -> dict[str, Any] | None:
+    """The build's record: a plain build's, or a sharded build's link job's."""
+    kind = "build" if job.shards is None else "link"
+    return _read_json(job.out_dir / f"{job.cell.id}.{kind}.json")
+
+
+def _span(record: Mapping[str, Any], floor: float) -> tuple[float, float] | None:
+    """(start, end) of a job from its record: records carry the time they were written,
+    at the end of the build (to the second), and the build's seconds."""
+    try:
+        end = dt.datetime.fromisoformat(str(record["timestamp"])).timestamp()
+        seconds = float(record["wall_seconds"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return max(floor, end - seconds), max(floor, end)
+
+
+def shard_entries(job: FleetJob, result: JobResult, builder: str) -> list[dict[str, Any]]:
+    """A sharded build's shard jobs and link job as Gantt rows (from their records)."""
+    from wheelkiln.cells import shard_label, shard_record
+    from wheelkiln.executors.sharded import shards_directory
+    from wheelkiln.paths import resolve_workdir
+
+    assert job.shards is not None
+    directory = shards_directory(resolve_workdir(job.workdir), job.cell, job.shards)
+    jobs: list[tuple[str, dict[str, Any] | None]] = [
+        (shard_label(index, job.shards),
+         _read_json(directory / shard_record(job.cell.id, index, job.shards)))
+        for index in range(job.shards)
+    ]
+    jobs.append(("link", _read_record(job)))
+    entries = []
+    for label, record in jobs:
+        span = _span(record, result.start) if record is not None else None
+        if record is None or span is None:
+            continue
+        passed = (record.get("gate") or {}).get("passed", record.get("exit_code") == 0)
+        entries.append({
+            "cell": job.cell.id, "label": f"{job.cell.id} {label}", "kind": "shard"
+            if label != "link" else "link", "builder": builder, "start": round(span[0], 3),
+            "end": round(span[1], 3), "seconds": round(span[1] - span[0], 3),
+            "outcome": "ok" if passed else "failed",
+        })
+    return entries
 
 
 def run_fleet(
@@ -260,14 +307,16 @@ def _run_locked(
         "note": fmt.CONTENTION_NOTE,
         "executor": executor.name,
         "builders": [vars(b) for b in builders],
-        "cold": {"namespace": f"fleet-{folder.name}", "recache": True,
+        "cold": {"namespace": f"fleet-{folder.name}", "recache": settings.shards is None,
                  "private_cache_dirs": True, "wheel_cache": False},
         "cache": settings.cache,
         "jobs": settings.jobs,
         "interval_seconds": settings.interval,
         "cells": [{"cell": cell.id, "target": cell.package, "recipe": str(loaded.path)}
                   for loaded, cell in selected],
+        "shards": settings.shards,
         "builds": [],
+        "jobs_of_builds": [],
     }
     fmt.write_json(folder / fmt.RUN_FILE, run)  # a killed run still says what it was
     if not settings.quiet:
@@ -323,6 +372,8 @@ def _run_locked(
                          peak_rss_bytes=record.get("peak_rss_bytes"),
                          hits=cache.get("hits"), misses=cache.get("misses"))
         run["builds"].append(entry)
+        if job.shards is not None:
+            run["jobs_of_builds"].extend(shard_entries(job, result, result.builder))
     run.update(
         finished=finished.isoformat(timespec="seconds"),
         wall_seconds=round((finished - started).total_seconds(), 3),
