@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sysconfig
 import uuid
@@ -44,14 +43,15 @@ def write_recipe(tree: Path, backend: str, remote: str) -> Path:
     )
 
 
-def build(kiln: Kiln, place: Path, backend: str, remote: str, namespace: str,
-          check: bool = True) -> tuple[dict[str, Any], str]:
-    """One build in its own directory, with its own fresh local cache: (record, stderr)."""
+def build(kiln: Kiln, place: Path, backend: str, remote: str, namespace: str, *extra: str,
+          env: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
+    """One build in its own directory, with its own fresh local cache: (record, stderr).
+    *remote* goes into the recipe; ``--remote`` in *extra* or ``$KILN_REMOTE`` override it."""
     tree = write_package(place)
     result = kiln(
         "build", write_recipe(tree, backend, remote), "--out", place / "out",
         "--workdir", place / "work", "--cache-dir", place / "local-cache",
-        "--namespace", namespace, "--no-wheel-cache", "--json", check=check,
+        "--namespace", namespace, "--no-wheel-cache", "--json", *extra, env=env,
     )
     return json.loads(result.stdout), result.stderr
 
@@ -135,17 +135,20 @@ def test_sccache_shares_entries_through_remote_storage(
     assert_shared_through(server.keys, tmp_path, "sccache", server.url)
 
 
-def test_kiln_builds_share_through_redis_and_namespaces_isolate_them(
+def test_kiln_builds_share_through_redis_and_a_link_job_without_it_says_why(
     kiln: Kiln, tmp_path: Path, redis_server: Redis
 ) -> None:
-    """The same through whole `kiln build`s: the recipe's remote, --namespace, the
-    build record."""
+    """The same through whole `kiln build`s (--remote, $KILN_REMOTE, --namespace, the
+    build record); then a link job of the namespace whose entries are all on the server,
+    with no shard archive, while the server is out: its gate names the server."""
     namespace = fresh_namespace()
     remote = redis_server.url
+    dead = dead_url("redis")
     before = redis_server.keys()
-    first, first_err = build(kiln, tmp_path / "a", "ccache", remote, namespace)
+    first, first_err = build(kiln, tmp_path / "a", "ccache", dead, namespace, "--remote", remote)
     after_first = redis_server.keys()
-    second, second_err = build(kiln, tmp_path / "b" / "elsewhere", "ccache", remote, namespace)
+    second, second_err = build(kiln, tmp_path / "b" / "elsewhere", "ccache", dead, namespace,
+                               env={"KILN_REMOTE": remote})
     after_second = redis_server.keys()
     assert warnings(first_err + second_err) == []
     assert first["cache"]["remote"] == [
@@ -155,19 +158,31 @@ def test_kiln_builds_share_through_redis_and_namespaces_isolate_them(
     assert len(after_first) > len(before)
     assert (second["cache"]["hits"], second["cache"]["misses"]) == (TUS, 0)
     assert after_second == after_first
-    other, _ = build(kiln, tmp_path / "c", "ccache", remote, fresh_namespace())
-    assert (other["cache"]["hits"], other["cache"]["misses"]) == (0, TUS)
-    assert redis_server.keys() > after_second
+
+    tree = write_package(tmp_path / "c")
+    (tmp_path / "no-archives").mkdir()
+    result = kiln("link", write_recipe(tree, "ccache", dead), "--shards", tmp_path / "no-archives",
+                  "--count", "1", "--out", tmp_path / "dist", "--workdir", tmp_path / "c" / "work",
+                  "--namespace", namespace, check=False)
+    assert result.returncode == 5, result.stderr
+    message = " ".join(result.stderr.split())
+    assert (f"- remote cache storage {dead} was unreachable (connection refused): what the "
+            "shards stored there was not read") in message
+    assert f"- {TUS} cache miss(es)" in message
+    assert warnings(result.stderr) == [
+        f"warning: remote cache storage {dead} is unreachable (connection refused): this "
+        "build uses its local cache only and stores nothing there."
+    ]
+    assert redis_server.keys() == after_second
 
 
-@pytest.mark.parametrize(("backend", "scheme"), [("ccache", "redis"), ("sccache", "http")])
-def test_server_down_builds_on_the_local_cache_with_one_warning(
-    backend: str, scheme: str, kiln: Kiln, tmp_path: Path
+def test_server_down_sccache_builds_on_its_local_cache_with_one_warning(
+    kiln: Kiln, tmp_path: Path
 ) -> None:
     # sccache alone would not start its server at all (WebDAV: at once, Redis: after
-    # 10 s), so every compile would fail.
-    remote = dead_url(scheme)
-    record, stderr = build(kiln, tmp_path, backend, remote, fresh_namespace())
+    # 10 s), so every compile would fail. (ccache with its server down: the link job above.)
+    remote = dead_url("http")
+    record, stderr = build(kiln, tmp_path, "sccache", remote, fresh_namespace())
     assert warnings(stderr) == [
         f"warning: remote cache storage {remote} is unreachable (connection refused): this "
         "build uses its local cache only and stores nothing there."
@@ -178,28 +193,3 @@ def test_server_down_builds_on_the_local_cache_with_one_warning(
     assert record["exit_code"] == 0 and record["wheel"]["name"].startswith("remote_demo-")
     assert record["cache"]["misses"] == record["cache"]["total"] >= TUS
     assert record["cache"]["errors"] == 0
-
-
-def test_link_job_whose_remote_is_down_fails_its_gate_naming_it(
-    kiln: Kiln, tmp_path: Path, redis_server: Redis
-) -> None:
-    # The shard fills the remote under the cell's namespace; its archive is not handed
-    # over, so the link job depends on the remote alone, which is down when it runs.
-    namespace = fresh_namespace()
-    tree = write_package(tmp_path)
-    filled = write_recipe(tree, "ccache", redis_server.url)
-    shard = kiln.json("shard", filled, "--index", "0", "--count", "1", "--out", tmp_path / "shards",
-                      "--workdir", tmp_path / "work", "--namespace", namespace)
-    assert shard["cache"]["remote"][0]["reachable"] is True
-    assert shard["cache"]["misses"] == shard["cache"]["total"] >= TUS
-    down = dead_url("redis")
-    (tmp_path / "empty").mkdir()
-    result = kiln("link", write_recipe(tree, "ccache", down), "--shards", tmp_path / "empty",
-                  "--count", "1", "--out", tmp_path / "dist", "--workdir", tmp_path / "work",
-                  "--namespace", namespace, check=False, env={})
-    assert result.returncode == 5, result.stderr
-    message = " ".join(result.stderr.split())
-    assert (f"- remote cache storage {down} was unreachable (connection refused): what the "
-            "shards stored there was not read") in message
-    assert re.search(rf"- {shard['cache']['total']} cache miss\(es\)", message)
-    assert len(warnings(result.stderr)) == 1

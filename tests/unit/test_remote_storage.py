@@ -87,3 +87,16 @@ def test_sccache_s3_settings() -> None:
     assert aws == {"SCCACHE_BUCKET": "builds", "SCCACHE_REGION": "eu-west-1"}
     with pytest.raises(UsageError, match="names no bucket"):
         s3_environment("s3+https://minio.farm", "", {})
+
+
+@pytest.mark.parametrize("command", [["build", "r.toml"], ["shard", "r.toml", "--index", "0"],
+                                     ["link", "r.toml", "--shards", "s"]])
+def test_remote_option_wants_urls(command: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from wheelkiln.cli import cli
+
+    result = CliRunner().invoke(cli, [*command, "--remote", "cache.farm:6379 nothing"])
+    assert result.exit_code == 2
+    assert ("Invalid value for '--remote': 'nothing' is not a storage URL: give SCHEME:..., "
+            "e.g. redis://HOST:6379") in " ".join(result.output.split())

@@ -23,6 +23,7 @@ from wheelkiln.cli.options import (
     namespace_option,
     out_dir_option,
     recipe_argument,
+    remote_option,
     smoke_option,
     summary_table,
     workdir_option,
@@ -61,6 +62,7 @@ def _cache_line(record: dict[str, Any]) -> str:
     "--recache", is_flag=True, help="Compile everything and overwrite cache entries (cold)."
 )
 @namespace_option()
+@remote_option()
 @smoke_option(
     "Run the recipe's smoke test (or import) in a venv with the wheel, its Requires-Dist "
     "and [verify] requires; also when the wheel cache serves the build."
@@ -115,6 +117,7 @@ def build(
     jobs: int | None,
     recache: bool,
     namespace: str | None,
+    remote: str | None,
     smoke: bool,
     no_wheel_cache: bool,
     lock_timeout: float | None,
@@ -172,6 +175,7 @@ def build(
         cache=cache_name or loaded.recipe.cache.backend,
         cache_dir=cache_dir,
         namespace=namespace,
+        remote=remote,
         recache=recache,
         workdir=workdir,
         jobs=jobs,

@@ -115,6 +115,7 @@ def common_build_options(
     jobs: int | None,
     namespace: str | None,
     cache_dir: Path | None = None,
+    remote: str | None = None,
 ) -> Any:
     from wheelkiln.builder.cell import BuildOptions
 
@@ -124,6 +125,7 @@ def common_build_options(
         jobs=jobs,
         namespace=namespace,
         cache_dir=cache_dir,
+        remote=remote,
     )
 
 
@@ -190,6 +192,33 @@ def namespace_option() -> Decorator[Any]:
     )
 
 
+def remote_option() -> Decorator[Any]:
+    return click.option(
+        "--remote",
+        metavar="URL",
+        envvar="KILN_REMOTE",
+        callback=lambda ctx, param, value: check_remote(value),
+        help="Remote cache storage the builders share, e.g. redis://HOST:6379 (default: "
+        "$KILN_REMOTE, else the recipe's cache.remote). Probed before the build; an "
+        "unreachable one is left out with a warning.",
+    )
+
+
+def check_remote(value: str | None) -> str | None:
+    """A remote storage setting: one or more URLs, each with a scheme."""
+    if value is None:
+        return None
+    urls = value.split()
+    bad = [url for url in urls if ":" not in url.split("|", 1)[0]]
+    if not urls or bad:
+        raise click.BadParameter(
+            f"{(bad or [value])[0]!r} is not a storage URL: give SCHEME:..., e.g. "
+            "redis://HOST:6379, http://HOST:8080|layout=flat or file:/mnt/cache.",
+            param_hint="'--remote'",
+        )
+    return value
+
+
 def out_dir_option(default: str, what: str) -> Decorator[Any]:
     return click.option(
         "--out",
@@ -212,8 +241,11 @@ def smoke_option(help_text: str) -> Decorator[Any]:
 
 
 def job_options(command: F) -> F:
-    """The options shard and link jobs share: cache, work tree, parallelism, namespace."""
-    return stack(cache_option(), workdir_option(), jobs_option(), namespace_option())(command)
+    """The options shard and link jobs share: cache, work tree, parallelism, namespace,
+    remote storage."""
+    return stack(
+        cache_option(), workdir_option(), jobs_option(), namespace_option(), remote_option()
+    )(command)
 
 
 def archive_limit_options(command: F) -> F:

@@ -64,6 +64,7 @@ def shard(
     workdir: Path | None,
     jobs: int | None,
     namespace: str | None,
+    remote: str | None,
     as_json: bool,
 ) -> None:
     """Compile shard INDEX of COUNT of one cell and pack its compiler cache.
@@ -81,7 +82,7 @@ def shard(
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
     total = count or loaded.recipe.sharding.count
-    options = common_build_options(cache_name, loaded, workdir, jobs, namespace)
+    options = common_build_options(cache_name, loaded, workdir, jobs, namespace, remote=remote)
     with builder_lock(None):
         result = run_shard(
             loaded,
@@ -148,6 +149,7 @@ def link(
     workdir: Path | None,
     jobs: int | None,
     namespace: str | None,
+    remote: str | None,
     max_unpacked_size: int | None,
     max_members: int | None,
     smoke: bool,
@@ -173,7 +175,7 @@ def link(
     check_job_locations(out_dir, workdir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
-    options = common_build_options(cache_name, loaded, workdir, jobs, namespace)
+    options = common_build_options(cache_name, loaded, workdir, jobs, namespace, remote=remote)
     with builder_lock(None):
         result = run_link(
             loaded,
