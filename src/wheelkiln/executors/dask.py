@@ -344,6 +344,9 @@ class Plan:
     jobs: int | None
     mechanism: str | None
     smoke: bool
+    remote: str | None = None
+    """The remote cache storage given to the build (--remote or $KILN_REMOTE on the
+    submitting machine); None leaves each worker's own setting or the recipe's."""
 
     @property
     def topic(self) -> str:
@@ -359,6 +362,8 @@ def _job_argv(plan: Plan, recipe: Path, command: str) -> list[str]:
     argv += ["--cache", plan.cache]
     if plan.namespace:
         argv += ["--namespace", plan.namespace]
+    if plan.remote:
+        argv += ["--remote", plan.remote]
     if plan.jobs:
         argv += ["--jobs", str(plan.jobs)]
     return argv
@@ -759,6 +764,7 @@ class DaskExecutor:
                 jobs=job.options.jobs,
                 mechanism=job.mechanism,
                 smoke=job.smoke,
+                remote=job.options.remote,
             )
             capable = [
                 a for a, offer in workers.items() if missing_resources({a: offer}, need) is None
