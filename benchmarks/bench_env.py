@@ -154,7 +154,8 @@ def main() -> None:
         print(json.dumps({"python": PYTHON, "sets": results, "goal": "kiln/uv <= 1.2"}, indent=2))
         return
     print(
-        f"{'set':<11} {'cache':<5} {'pip s':>7} {'uv s':>7} {'kiln s':>7} {'uv/pip':>7} {'kiln/uv':>8}"
+        f"{'set':<11} {'cache':<5} {'pip s':>7} {'uv s':>7} {'kiln s':>7} {'hook s':>7} "
+        f"{'uv/pip':>7} {'kiln/uv':>8} {'(no hook)':>9}"
     )
     for name, figures in results.items():
         for condition in ("cold", "warm"):
