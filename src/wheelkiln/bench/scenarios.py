@@ -512,6 +512,7 @@ class _Bench:
     def run_wheel_cache_hot(self, repeat: int) -> dict[str, Any]:
         """Hot, served whole from the wheel cache: plan the input digest, look it up, copy
         the wheel out. What ``kiln build`` costs when nothing changed."""
+        from wheelkiln.builder.job import serve_cached_wheel
         from wheelkiln.builder.wheel_cache import WheelCache
 
         epoch = DEFAULT_SOURCE_DATE_EPOCH
@@ -520,10 +521,7 @@ class _Bench:
         out_dir = self.scratch("wheel-cache-dist")
         with _Stopwatch() as watch:
             digest = self.hooks.plan_digest(self.loaded, self.cell, options)
-            hit = cache.lookup(digest) if digest else None
-            if hit is not None:
-                out_dir.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(hit.wheel, out_dir / hit.wheel.name)
+            hit = serve_cached_wheel(cache, digest, out_dir)
         if hit is None:
             build = self.bare_record(options)
             build["exit_code"] = 0

@@ -1,0 +1,129 @@
+"""The build job: one cell, whole, into a wheel (``kiln build`` without ``--shards``).
+
+Served from the wheel cache when a build of the same inputs made a wheel before;
+otherwise built through the compiler cache, its wheel checked (the recipe's
+``[verify]``, and the smoke test when asked), published to the output directory with
+its record, remembered by input digest (the cold reference ``kiln build --shards``
+compares with) and kept in the wheel cache. The CLI only prints the result.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from wheelkiln.builder.cell import BuildOptions, BuildOutcome, build_cell
+from wheelkiln.builder.record import build_record, publish, remember, served_record
+from wheelkiln.builder.wheel_cache import (
+    CachedWheel,
+    WheelCache,
+    outcome_input_digest,
+    plan_input_digest,
+)
+from wheelkiln.builder.wheel_checks import smoke_test, verify_wheel
+from wheelkiln.cells import Cell
+from wheelkiln.errors import BuildError
+from wheelkiln.recipe.load import LoadedRecipe
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A build job's result: its record, and either the build or the wheel-cache hit."""
+
+    record: dict[str, Any]
+    """The build record (``kind: build``, or ``wheel-cache`` when served)."""
+    wheel: Path
+    """The wheel in the output directory."""
+    outcome: BuildOutcome | None
+    """The build; None when the wheel was served from the wheel cache."""
+    record_path: Path | None
+    """Where the record was written beside the wheel; None when served."""
+    served: CachedWheel | None
+    """The wheel-cache entry that served the wheel; None when it was built."""
+
+
+def serve_cached_wheel(cache: WheelCache, digest: str | None, out_dir: Path) -> CachedWheel | None:
+    """Copy the wheel *cache* holds for *digest* into *out_dir*; None when it holds none."""
+    hit = cache.lookup(digest) if digest else None
+    if hit is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(hit.wheel, out_dir / hit.wheel.name)
+    return hit
+
+
+def run_build(
+    loaded: LoadedRecipe,
+    cell: Cell,
+    options: BuildOptions,
+    out_dir: Path,
+    *,
+    smoke: bool = False,
+    use_wheel_cache: bool = True,
+    wheel_cache: WheelCache | None = None,
+) -> BuildResult:
+    """Build *cell* into a wheel in *out_dir*, or serve it from the wheel cache.
+
+    Raises :class:`BuildError` when the build fails, or its wheel fails its checks.
+    """
+    cache = wheel_cache or WheelCache()
+    if use_wheel_cache:
+        served = _serve(loaded, cell, options, out_dir, cache, smoke=smoke)
+        if served is not None:
+            return served
+    outcome = build_cell(loaded, cell, options)
+    record = build_record(outcome, kind="build", extra={"recache": options.recache})
+    if outcome.exit_code != 0:
+        tail = "\n".join(outcome.log_text.splitlines()[-25:])
+        raise BuildError(
+            f"Building {cell.id} failed (exit {outcome.exit_code}). Last lines:\n{tail}",
+            hint=f"Full log: {outcome.log_path}",
+        )
+    record["verify"] = verify_wheel(outcome, loaded, smoke=smoke)
+    record_path = publish(outcome, record, out_dir)
+    digest = outcome_input_digest(loaded, outcome, options)
+    # Also in the state home, where `kiln build --shards` finds it whatever --out was.
+    remember(record, digest)
+    if use_wheel_cache and outcome.wheel is not None:
+        cache.store(digest, outcome.wheel.path, record)
+    return BuildResult(record, Path(record["wheel"]["path"]), outcome, record_path, None)
+
+
+def _serve(
+    loaded: LoadedRecipe,
+    cell: Cell,
+    options: BuildOptions,
+    out_dir: Path,
+    cache: WheelCache,
+    *,
+    smoke: bool,
+) -> BuildResult | None:
+    """The wheel of an earlier build with the same input digest, if there is one."""
+    started, cpu_started = time.perf_counter(), time.process_time()
+    hit = serve_cached_wheel(cache, plan_input_digest(loaded, cell, options), out_dir)
+    if hit is None:
+        return None
+    target = out_dir / hit.wheel.name
+    record = served_record(
+        hit.record,
+        wheel_path=target,
+        input_digest=hit.digest,
+        wall_seconds=time.perf_counter() - started,
+        cpu_seconds=time.process_time() - cpu_started,
+        backend=options.cache,
+    )
+    if smoke:
+        # The smoke test belongs to this run: a wheel served from the cache is as
+        # deliverable as a built one, and its runtime may have changed since.
+        try:
+            ran = smoke_test(target, loaded, cell)
+        except BuildError as exc:
+            exc.hint = (
+                f"The wheel was served from the wheel cache (input digest {hit.digest[:16]}…); "
+                f"--no-wheel-cache rebuilds it. {exc.hint or ''}"
+            ).strip()
+            raise
+        record["verify"] = {**record.get("verify", {}), "smoke": ran}
+    return BuildResult(record, target, None, None, hit)
