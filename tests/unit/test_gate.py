@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from wheelkiln.cache.manifest import ShardManifest, validate_manifest
 from wheelkiln.shard.diagnostics import (
     DIAGNOSTIC_PATTERNS,
     UNRESOLVED_PATTERNS,
@@ -21,9 +23,11 @@ from wheelkiln.shard.diagnostics import (
 from wheelkiln.shard.gate import (
     ExpectedCompile,
     find_objects,
+    link_gate,
     missing_compiles,
     read_compile_database,
     shard_gate,
+    shard_refusal,
 )
 from wheelkiln.shard.partition import is_mine
 from wheelkiln.shard.wrapper_log import read_wrapper_log
@@ -469,3 +473,93 @@ def test_tolerated_links_say_why() -> None:
     result = shard_gate(0, "", OBJECTS, records)
     assert result.passed
     assert result.links == ("_core.so: tolerated, unresolved symbols only (dm_kernel_level2, a, b and 2 more)",)
+
+
+# --------------------------------------------------------------------------- link gate
+
+LINK_CELL = "demo-cuda-py3.11-cu13.0-linux-x86_64"
+OWN_TOOLCHAIN = {
+    "compilers": {"gcc": "gcc (Debian 12.2.0-14) 12.2.0", "nvcc": "release 13.0, V13.0.88"},
+    "cache": {"ccache": "4.14"},
+    "arch_list": ["8.0", "9.0"],
+    "build_env": {"MAX_JOBS": "4"},
+}
+WHERE = "shards/x-shard-1-of-3.tar.gz:manifest.json"
+
+
+def _manifest(**changes: Any) -> ShardManifest:
+    data: dict[str, Any] = {
+        "schema": 1, "recipe": "demo-cuda", "cell": LINK_CELL, "index": 1, "count": 3,
+        "label": "shard 2/3", "mechanism": "seat", "toolchain": OWN_TOOLCHAIN, "stats": {},
+        "tus": [], "created": "2026-12-01T14:00:00+00:00",
+        "gate": {"passed": True, "reasons": []},
+    }
+    data.update(changes)
+    return validate_manifest(data)
+
+
+@pytest.mark.parametrize(
+    ("manifest", "refusal"),
+    [
+        (_manifest(), None),
+        (_manifest(cell="demo-cuda-py3.12-cu13.0-linux-x86_64"),
+         "shard 2/3 belongs to cell 'demo-cuda-py3.12-cu13.0-linux-x86_64', not "
+         f"'{LINK_CELL}'; not merged ({WHERE})"),
+        (_manifest(index=2, label="shard 3/3"),
+         f"shard 2/3 is shard shard 3/3 by its manifest, not by its name; not merged ({WHERE})"),
+        (_manifest(count=4, label="shard 2/4"),
+         f"shard 2/3 is shard shard 2/4 by its manifest, not by its name; not merged ({WHERE})"),
+        (_manifest(toolchain={**OWN_TOOLCHAIN, "arch_list": ["8.0"]}),
+         "shard 2/3 was built with a different toolchain (arch_list: shard has ['8.0'], link "
+         f"job has ['8.0', '9.0']); not merged ({WHERE})"),
+        (_manifest(toolchain={**OWN_TOOLCHAIN, "cache": {"ccache": "4.7"},
+                              "build_env": {}}),
+         "shard 2/3 was built with a different toolchain (build_env: shard has {}, link job "
+         "has {'MAX_JOBS': '4'}; cache: shard has {'ccache': '4.7'}, link job has "
+         f"{{'ccache': '4.14'}}); not merged ({WHERE})"),
+    ],
+    ids=["merged", "other-cell", "other-index", "other-count", "other-arch", "two-differences"],
+)
+def test_shard_refusal(manifest: ShardManifest, refusal: str | None) -> None:
+    assert shard_refusal(manifest, LINK_CELL, 1, 3, OWN_TOOLCHAIN, WHERE) == refusal
+
+
+MISSING = "shard 2/3 is missing: no x-shard-1-of-3.tar.gz in shards"
+MISSES = "3 cache miss(es): the shards did not hand over every TU"
+TOTAL_0 = "total 0: the cache was never consulted, so no handoff happened"
+LEDGER = "demo/_core.so: 2 TU(s) compiled by no shard"
+
+
+@pytest.mark.parametrize(
+    ("merge_problems", "hits", "misses", "ledger", "passed", "problems"),
+    [
+        ([], 26, 0, [], True, []),
+        ([], 23, 3, [], False, [MISSES]),
+        ([], 0, 0, [], False, [TOTAL_0]),
+        ([MISSING], 17, 9, [], False, [MISSING, "9 cache miss(es): the shards did not hand "
+                                        "over every TU"]),
+        # A missing shard with no misses (its TUs were all probes) still fails the gate.
+        ([MISSING], 26, 0, [], False, [MISSING]),
+        ([], 26, 0, [LEDGER], False, [LEDGER]),
+        ([MISSING], 0, 3, [LEDGER], False, [MISSING, MISSES, LEDGER]),
+    ],
+    ids=["all-hits", "misses", "total-0", "missing-shard", "missing-no-misses", "ledger", "all"],
+)
+def test_link_gate(merge_problems: list[str], hits: int, misses: int, ledger: list[str],
+                   passed: bool, problems: list[str]) -> None:
+    missed = [{"tu": "csrc/a.cu", "shard": None, "difference": "no shard compiled this TU"}]
+    gate = link_gate(merge_problems, hits, misses, ledger, missed)
+    assert gate.passed is passed and gate.problems == problems
+    assert (gate.hits, gate.misses, gate.total) == (hits, misses, hits + misses)
+    assert gate.missed == missed
+
+
+def test_link_gate_names_remote_troubles_only_when_there_are_misses() -> None:
+    trouble = ["remote storage http://cache:8080/kiln: 3 read errors"]
+    gate = link_gate([], 20, 2, remote_troubles=trouble)
+    assert gate.problems == [
+        "2 cache miss(es): the shards did not hand over every TU",
+        "remote storage http://cache:8080/kiln: 3 read errors: what the shards stored there "
+        "was not read",
+    ]
+    assert link_gate([], 22, 0, remote_troubles=trouble).passed

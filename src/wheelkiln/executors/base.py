@@ -21,7 +21,7 @@ from wheelkiln.builder.cell import BuildOptions
 from wheelkiln.cells import Cell
 from wheelkiln.errors import KilnError
 from wheelkiln.recipe.load import LoadedRecipe
-from wheelkiln.shard.link import LinkGateResult
+from wheelkiln.shard.gate import LinkGateResult
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ from wheelkiln.output_paths import check_output_dir
 from wheelkiln.paths import kiln_home
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.recipe.model import BUILD_OUTPUTS
-from wheelkiln.shard.link import LinkGateResult
+from wheelkiln.shard.gate import LinkGateResult
 
 Client = Any
 """A ``distributed.Client``. Dask's API is only partly typed; kiln reaches it through

@@ -1,4 +1,8 @@
-"""The shard gate: did a shard's build fail only the way a shard is expected to fail?
+"""Both gates of a sharded build: the shard gate (did a shard's build fail only the way
+a shard is expected to fail?) and the link gate (did the handoff happen: every shard
+merged, zero misses, total > 0?).
+
+The shard gate:
 
 A shard compiles only its slice of the TUs and stubs the rest, so its final link is
 expected to fail: the dispatcher TU survives in every shard and calls kernels that this
@@ -13,10 +17,13 @@ compiler diagnostic or an unresolved symbol is :mod:`wheelkiln.shard.diagnostics
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from wheelkiln.cache.manifest import ShardManifest
+from wheelkiln.cells import shard_label
 from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
 from wheelkiln.shard.diagnostics import diagnostic_lines, has_unresolved_symbols
 from wheelkiln.shard.wrapper_log import WrapperRecord, action_counts
@@ -307,6 +314,99 @@ def shard_gate(
         slice_compiles=None if expected is None else len(expected),
         **result_counts,
     )
+
+
+# --------------------------------------------------------------------------- link gate
+
+
+@dataclass
+class LinkGateResult:
+    """The verdict on a link job: whether the shards handed over the whole build."""
+
+    passed: bool
+    hits: int
+    misses: int
+    total: int
+    problems: list[str] = field(default_factory=list)
+    """Every reason it failed: shards not merged, misses, total 0, the compile ledger."""
+    missed: list[dict[str, Any]] = field(default_factory=list)
+    """Each missed TU, the shard that compiled it and how its command line differed."""
+
+
+def shard_refusal(
+    manifest: ShardManifest,
+    cell_id: str,
+    index: int,
+    count: int,
+    own_toolchain: Mapping[str, Any],
+    where: str,
+) -> str | None:
+    """Why the archive named as shard *index* of *count* of *cell_id* is not merged, or
+    None when it is merged. *where* names the manifest for the message.
+
+    An archive is merged only when its manifest says it is this shard of this cell and
+    it was built with the link job's toolchain: entries of another architecture list or
+    compiler would each be a miss, and merging them would only hide which shard it was.
+    """
+    label = shard_label(index, count)
+    if manifest.cell != cell_id:
+        return f"{label} belongs to cell {manifest.cell!r}, not {cell_id!r}; not merged ({where})"
+    if (manifest.index, manifest.count) != (index, count):
+        return (
+            f"{label} is shard {manifest.label} by its manifest, not by its name; not "
+            f"merged ({where})"
+        )
+    theirs = manifest.toolchain.model_dump()
+    differing = sorted(k for k in own_toolchain if theirs.get(k) != own_toolchain[k])
+    if differing:
+        details = "; ".join(
+            f"{k}: shard has {theirs.get(k)!r}, link job has {own_toolchain[k]!r}"
+            for k in differing
+        )
+        return f"{label} was built with a different toolchain ({details}); not merged ({where})"
+    return None
+
+
+def link_gate(
+    merge_problems: Sequence[str],
+    hits: int,
+    misses: int,
+    ledger_problems: Sequence[str] = (),
+    missed: Sequence[dict[str, Any]] = (),
+    remote_troubles: Sequence[str] = (),
+    *,
+    cython_misses: int = 0,
+    cython_missed: Sequence[str] = (),
+) -> LinkGateResult:
+    """The link gate, a count and not a ratio: **zero misses and total > 0**, with every
+    shard merged and the compile ledger clean.
+
+    One miss can be a 470-second TU; a 94% hit rate once hid four shards built for the
+    wrong architecture. Total 0 means the cache was never consulted: nothing was handed
+    over. *merge_problems* name the shards that are missing or were not merged (their
+    TUs recompiled, so the build still made a wheel); *ledger_problems* are extension
+    modules whose compiles no shard accounts for. *remote_troubles* say why the remote
+    storage could not be read; with misses, they are why the shards' entries were not.
+    *cython_misses* are Cython transpiles the shards did not hand over (*cython_missed*
+    their modules), counted like compiler misses.
+    """
+    total = hits + misses
+    problems = list(merge_problems)
+    if misses:
+        problems.append(f"{misses} cache miss(es): the shards did not hand over every TU")
+    if total == 0:
+        problems.append("total 0: the cache was never consulted, so no handoff happened")
+    if misses:
+        problems.extend(
+            f"{trouble}: what the shards stored there was not read" for trouble in remote_troubles
+        )
+    if cython_misses:
+        problems.append(
+            f"{cython_misses} Cython cache miss(es): the shards did not hand over "
+            + ", ".join(cython_missed)
+        )
+    problems.extend(ledger_problems)
+    return LinkGateResult(not problems, hits, misses, total, problems, list(missed))
 
 
 def find_objects(build_dirs: Iterable[str | os.PathLike[str]]) -> list[tuple[str, int]]:

@@ -1,11 +1,10 @@
 """The link job: restore every shard's cache, re-run the full build, and prove that
 the handoff happened.
 
-The gate is a count, not a ratio: **zero misses and total > 0**. One miss can be a
-470-second TU; a 94% hit rate once hid four shards built for the wrong architecture.
-Total 0 means the cache was never consulted, i.e. nothing was handed over. A missing
-or mismatched shard still lets the build run (missing entries recompile, slowly but
-correctly) and still fails the gate, naming the shard; its wheel is kept.
+The gate is a count, not a ratio: **zero misses and total > 0** (the pure
+:func:`wheelkiln.shard.gate.link_gate`, beside the shard gate). A missing or mismatched
+shard still lets the build run (missing entries recompile, slowly but correctly) and
+still fails the gate, naming the shard; its wheel is kept.
 
 Two failures are not gate verdicts. A full build that fails is a build failure
 (:class:`BuildError`, naming the TU and the compiler's diagnostic): there is no wheel,
@@ -20,7 +19,7 @@ import re
 import shlex
 import shutil
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ from wheelkiln.errors import BuildError, UsageError
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.shard.diagnostics import find_diagnostics
+from wheelkiln.shard.gate import LinkGateResult, link_gate, shard_refusal
 from wheelkiln.shard.job import toolchain_fingerprint, versions_for
 from wheelkiln.shard.ledger import compile_ledger
 from wheelkiln.shard.partition import tu_key
@@ -58,16 +58,6 @@ from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, parse_wrappe
 CCACHE_LOG_LINE = re.compile(
     r"^\[[^\]]*? (?P<pid>\d+)\s*\] (?P<key>Command line|Source file|Working directory): (?P<value>.*)$"
 )
-
-
-@dataclass
-class LinkGateResult:
-    passed: bool
-    hits: int
-    misses: int
-    total: int
-    problems: list[str] = field(default_factory=list)
-    missed: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -199,28 +189,10 @@ def run_link(
             )
             continue
         archive = archives[index]
-        manifest = checked[index].manifest
         where = member_label(archive, MANIFEST)
-        if manifest.cell != cell.id:
-            problems.append(
-                f"{label} belongs to cell {manifest.cell!r}, not {cell.id!r}; not merged ({where})"
-            )
-            continue
-        if (manifest.index, manifest.count) != (index, count):
-            problems.append(
-                f"{label} is shard {manifest.label} by its manifest, not by its name; not "
-                f"merged ({where})"
-            )
-            continue
-        theirs = manifest.toolchain.model_dump()
-        differing = sorted(k for k in own if theirs.get(k) != own[k])
-        if differing:
-            details = "; ".join(
-                f"{k}: shard has {theirs.get(k)!r}, link job has {own[k]!r}" for k in differing
-            )
-            problems.append(
-                f"{label} was built with a different toolchain ({details}); not merged ({where})"
-            )
+        refusal = shard_refusal(checked[index].manifest, cell.id, index, count, own, where)
+        if refusal is not None:
+            problems.append(refusal)
             continue
         extract(archive, cache_dir, extras / str(index), limits)
         shard_logs[index] = _shard_log(archive, extras / str(index))
@@ -242,7 +214,6 @@ def run_link(
     outcome = build_cell(loaded, cell, link_options)  # zeroes the merged shards' stats first
     stats = outcome.stats
     hits, misses = (stats.hits, stats.misses) if stats is not None else (0, 0)
-    total = hits + misses
     if outcome.exit_code != 0:
         # A failed full build is a build failure, not a gate verdict: there is no wheel
         # to keep, and the counters of a build that stopped half-way say nothing.
@@ -268,28 +239,25 @@ def run_link(
         )
         publish(outcome, record, out_dir)
         raise failure
-    if misses:
-        problems.append(f"{misses} cache miss(es): the shards did not hand over every TU")
-    if total == 0:
-        problems.append("total 0: the cache was never consulted, so no handoff happened")
-    if misses and outcome.remote is not None:
-        # Entries the shards handed over through the remote were not read: name why.
-        problems.extend(
-            f"{trouble}: what the shards stored there was not read"
-            for trouble in (status.trouble() for status in outcome.remote.statuses)
-            if trouble
-        )
-    cython_misses = outcome.cython.get("misses", 0)
-    if cython_misses:
-        # A Cython transpile the shards did not hand over: counted like a compiler miss.
-        missed_modules = ", ".join(map(str, outcome.cython.get("missed", [])))  # type: ignore[call-overload]
-        problems.append(
-            f"{cython_misses} Cython cache miss(es): the shards did not hand over {missed_modules}"
-        )
+    # Entries the shards handed over through the remote and not read: the gate names why.
+    remote_troubles = (
+        [t for t in (status.trouble() for status in outcome.remote.statuses) if t]
+        if outcome.remote is not None
+        else []
+    )
+    cython_missed = [str(module) for module in outcome.cython.get("missed", [])]  # type: ignore[attr-defined]
     missed = _explain_misses(outcome, shard_logs, ccache_log)
     ledger = compile_ledger(list(outcome.wheel.extensions) if outcome.wheel else [], shard_logs)
-    problems.extend(ledger.problems)
-    gate = LinkGateResult(not problems, hits, misses, total, problems, missed)
+    gate = link_gate(
+        problems,
+        hits,
+        misses,
+        ledger.problems,
+        missed,
+        remote_troubles,
+        cython_misses=int(outcome.cython.get("misses", 0)),  # type: ignore[call-overload]
+        cython_missed=cython_missed,
+    )
     record = build_record(
         outcome,
         kind="link",
@@ -297,7 +265,7 @@ def run_link(
             "link": {
                 "shards_expected": count,
                 "shards_merged": merged,
-                "gate": {"passed": gate.passed, "problems": problems, "missed": missed},
+                "gate": {"passed": gate.passed, "problems": gate.problems, "missed": missed},
                 "ledger": ledger.as_dict(),
             }
         },
