@@ -32,8 +32,9 @@ from wheelkiln.builder.linker import cmake_version, linker_environment, linker_v
 from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
 from wheelkiln.builder.toolchain import (
     Launch,
+    Toolchain,
     cython_fronts,
-    find_nvcc,
+    probe_toolchain,
     toolchain_environment,
 )
 from wheelkiln.cache import cython as cython_cache
@@ -93,23 +94,13 @@ class BuildOutcome:
     """The build's Cython transpiles (:func:`wheelkiln.cache.cython.read_log`)."""
 
 
-def tool_versions(cache: CacheBackend | None) -> dict[str, str]:
-    import wheelkiln
-
-    versions = {"wheelkiln": wheelkiln.__version__}
-    try:
-        versions["gcc"] = run.run(["gcc", "-dumpfullversion"]).output.strip()
-    except Exception:
-        versions["gcc"] = "absent"
-    nvcc = find_nvcc()
-    if nvcc is not None:
-        lines = run.run([nvcc, "--version"], check=False).output.strip().splitlines()
-        versions["nvcc"] = lines[-1] if lines else "unknown"
-    if shutil.which("cmake"):
-        versions["cmake"] = run.run(["cmake", "--version"]).output.split("\n")[0].split()[-1]
-    if cache is not None:
-        versions[cache.name] = cache.version()
-    return versions
+def job_toolchain(loaded: LoadedRecipe, options: BuildOptions) -> Toolchain:
+    """The tool versions a job with *options* builds with, probed once for the job: the
+    compilers, cmake, the cache, and the recipe's linker (refused when it is absent)."""
+    workdir = resolve_workdir(options.workdir)
+    linker = linker_versions(loaded.recipe.build.linker, loaded.path, os.environ)
+    tools = probe_toolchain(make_cache(loaded, options, workdir, workdir))
+    return Toolchain({**tools.versions, **linker})
 
 
 def job_directory(workdir: Path, cell: Cell, suffix: str) -> Path:
@@ -148,14 +139,24 @@ def make_cache(
     )
 
 
-def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> BuildOutcome:
+def build_cell(
+    loaded: LoadedRecipe,
+    cell: Cell,
+    options: BuildOptions,
+    toolchain: Toolchain | None = None,
+) -> BuildOutcome:
+    """Build *cell*. *toolchain*: the job's tool versions when it probed them already
+    (:func:`job_toolchain`); probed here otherwise."""
     recipe = loaded.recipe
     workdir = resolve_workdir(options.workdir)
     job_dir = job_directory(workdir, cell, options.job_suffix)
     tree = job_dir / "src"
     title = f"{cell.id} {options.job_suffix}".rstrip()
     check_recipe_env(recipe.build.env, loaded.path)  # before any work
-    linker = linker_versions(recipe.build.linker, loaded.path, os.environ)  # refused if absent
+    # Refused before any work when absent; a job's toolchain has it already.
+    linker = (
+        {} if toolchain is not None else linker_versions(recipe.build.linker, loaded.path, os.environ)
+    )
     with ui.step(
         f"Preparing {title}",
         quiet=options.quiet,
@@ -214,7 +215,7 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     if "CMAKE_ARGS" in tool_env and env.get("CMAKE_ARGS"):  # the user's or recipe's go first
         tool_env["CMAKE_ARGS"] = f"{env['CMAKE_ARGS']} {tool_env['CMAKE_ARGS']}"
     env.update(tool_env)
-    if linker:
+    if recipe.build.linker != "default":
         cmake = cmake_version(environment.path, env) if system.kind == "cmake" else None
         env.update(linker_environment(recipe.build.linker, system.kind, env, cmake=cmake))
     env.update(options.extra_env)
@@ -282,7 +283,11 @@ def build_cell(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> Build
     if cache is not None:
         cache.start()
         cache.zero_stats()
-    versions = {**tool_versions(cache), **linker}
+    versions = (
+        toolchain.as_dict()
+        if toolchain is not None
+        else {**probe_toolchain(cache).as_dict(), **linker}
+    )
     log_path = job_dir / "build.log"
     try:
         with ui.step(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wheelkiln.builder.cell import BuildOptions, BuildOutcome, build_cell
+from wheelkiln.builder.cell import BuildOptions, BuildOutcome, build_cell, job_toolchain
 from wheelkiln.builder.record import build_record, publish, remember, served_record
 from wheelkiln.builder.wheel_cache import (
     CachedWheel,
@@ -69,11 +69,13 @@ def run_build(
     Raises :class:`BuildError` when the build fails, or its wheel fails its checks.
     """
     cache = wheel_cache or WheelCache()
+    started, cpu_started = time.perf_counter(), time.process_time()
+    toolchain = job_toolchain(loaded, options)  # once, for the digest and the build
     if use_wheel_cache:
-        served = _serve(loaded, cell, options, out_dir, cache, smoke=smoke)
-        if served is not None:
-            return served
-    outcome = build_cell(loaded, cell, options)
+        hit = serve_cached_wheel(cache, plan_input_digest(loaded, cell, options, toolchain), out_dir)
+        if hit is not None:
+            return _served(loaded, cell, options, hit, out_dir, started, cpu_started, smoke=smoke)
+    outcome = build_cell(loaded, cell, options, toolchain)
     record = build_record(outcome, kind="build", extra={"recache": options.recache})
     if outcome.exit_code != 0:
         tail = "\n".join(outcome.log_text.splitlines()[-25:])
@@ -91,20 +93,18 @@ def run_build(
     return BuildResult(record, Path(record["wheel"]["path"]), outcome, record_path, None)
 
 
-def _serve(
+def _served(
     loaded: LoadedRecipe,
     cell: Cell,
     options: BuildOptions,
+    hit: CachedWheel,
     out_dir: Path,
-    cache: WheelCache,
+    started: float,
+    cpu_started: float,
     *,
     smoke: bool,
-) -> BuildResult | None:
-    """The wheel of an earlier build with the same input digest, if there is one."""
-    started, cpu_started = time.perf_counter(), time.process_time()
-    hit = serve_cached_wheel(cache, plan_input_digest(loaded, cell, options), out_dir)
-    if hit is None:
-        return None
+) -> BuildResult:
+    """The result of a run that served the wheel of an earlier build of the same inputs."""
     target = out_dir / hit.wheel.name
     record = served_record(
         hit.record,

@@ -22,8 +22,13 @@ import os
 import shlex
 import shutil
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from wheelkiln.cache.backend import CacheBackend
 
 
 def real_python() -> str:
@@ -37,6 +42,40 @@ def find_nvcc() -> str | None:
         if home and os.access(Path(home) / "bin" / "nvcc", os.X_OK):
             return str(Path(home) / "bin" / "nvcc")
     return shutil.which("nvcc")
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """The versions of the tools a job builds with: kiln, gcc, nvcc and cmake where
+    present, and the compiler cache. Probed once per job (:func:`probe_toolchain`) and
+    handed down to everything that needs them: the build record, the input digest of
+    the wheel cache, and the fingerprint shards and their link job must agree on."""
+
+    versions: Mapping[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, str]:
+        return dict(self.versions)
+
+
+def probe_toolchain(cache: CacheBackend | None) -> Toolchain:
+    """Ask each tool for its version (a few processes: done once per job)."""
+    import wheelkiln
+    from wheelkiln import run
+
+    versions = {"wheelkiln": wheelkiln.__version__}
+    try:
+        versions["gcc"] = run.run(["gcc", "-dumpfullversion"]).output.strip()
+    except Exception:
+        versions["gcc"] = "absent"
+    nvcc = find_nvcc()
+    if nvcc is not None:
+        lines = run.run([nvcc, "--version"], check=False).output.strip().splitlines()
+        versions["nvcc"] = lines[-1] if lines else "unknown"
+    if shutil.which("cmake"):
+        versions["cmake"] = run.run(["cmake", "--version"]).output.split("\n")[0].split()[-1]
+    if cache is not None:
+        versions[cache.name] = cache.version()
+    return Toolchain(versions)
 
 
 def cuda_home(nvcc: str) -> Path:

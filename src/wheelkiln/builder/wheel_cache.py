@@ -36,6 +36,7 @@ from wheelkiln.paths import wheel_cache_dir
 if TYPE_CHECKING:
     from wheelkiln.builder.cell import BuildOptions, BuildOutcome
     from wheelkiln.builder.environment import BuildEnvironment
+    from wheelkiln.builder.toolchain import Toolchain
     from wheelkiln.cells import Cell
     from wheelkiln.recipe.load import LoadedRecipe
 
@@ -141,7 +142,9 @@ def _cell_digest(
     )
 
 
-def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> str | None:
+def plan_input_digest(
+    loaded: LoadedRecipe, cell: Cell, options: BuildOptions, toolchain: Toolchain | None = None
+) -> str | None:
     """The input digest ``build_cell(loaded, cell, options)`` will have, before it runs.
 
     Uses what the build will use: the pristine source's digest (the build's private
@@ -151,11 +154,10 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
     source, the user's checkout), so the caller builds, and stores the wheel under
     :func:`outcome_input_digest` afterwards.
     """
-    from wheelkiln.builder.cell import make_cache, tool_versions
+    from wheelkiln.builder.cell import job_toolchain
     from wheelkiln.builder.environment import existing_environment, frontend_requires
-    from wheelkiln.builder.linker import linker_versions
     from wheelkiln.builder.source import fetch_source, source_digest
-    from wheelkiln.paths import envs_dir, resolve_workdir, sources_dir
+    from wheelkiln.paths import envs_dir, sources_dir
 
     if options.prepare_tree is not None or options.seat_wrapper:
         raise ValueError("shard jobs (prepare_tree / seat wrapper) must not use the wheel cache")
@@ -170,11 +172,7 @@ def plan_input_digest(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -
     )
     if environment is None:
         return None
-    workdir = resolve_workdir(options.workdir)
-    versions = {
-        **tool_versions(make_cache(loaded, options, workdir, workdir)),
-        **linker_versions(recipe.build.linker, loaded.path, os.environ),
-    }
+    versions = (toolchain or job_toolchain(loaded, options)).as_dict()
     digest = source_digest(pristine, loaded.recipe.source.exclude)
     return _cell_digest(loaded, cell, options, digest, environment, versions)
 

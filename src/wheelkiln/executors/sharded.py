@@ -12,6 +12,7 @@ from rich.table import Table
 
 from wheelkiln import ui
 from wheelkiln.builder.cell import BuildOptions
+from wheelkiln.builder.toolchain import Toolchain
 from wheelkiln.builder.wheel_checks import describe_verify
 from wheelkiln.cells import Cell, shard_label
 from wheelkiln.errors import GateError, KilnError
@@ -137,7 +138,9 @@ def sharded_report(done: ShardedRun, records: list[dict[str, Any]]) -> dict[str,
             "jobs": [r["process"]["jobs"] for r in records],
             "cpus": done.cpus,
         },
-        "unsharded_cold_seconds": _cold_reference(job.loaded, job.cell, job.options),
+        "unsharded_cold_seconds": _cold_reference(
+            job.loaded, job.cell, job.options, _link_toolchain(link.record)
+        ),
         "gate": {
             "passed": link.gate.passed and not failures,
             "problems": [*failures, *link.gate.problems],
@@ -145,13 +148,22 @@ def sharded_report(done: ShardedRun, records: list[dict[str, Any]]) -> dict[str,
     }
 
 
-def _cold_reference(loaded: LoadedRecipe, cell: Cell, options: BuildOptions) -> float | None:
-    """The unsharded cold wall time of this cell's inputs, when a build remembered one."""
+def _link_toolchain(record: dict[str, Any]) -> Toolchain | None:
+    """The link job's tool versions from its record (None: probe them here)."""
+    versions = record.get("tool_versions")
+    return Toolchain(dict(versions)) if isinstance(versions, dict) and versions else None
+
+
+def _cold_reference(
+    loaded: LoadedRecipe, cell: Cell, options: BuildOptions, toolchain: Toolchain | None
+) -> float | None:
+    """The unsharded cold wall time of this cell's inputs, when a build remembered one.
+    *toolchain*: the link job's, which built with the same tools."""
     from wheelkiln.builder.record import recall_cold
     from wheelkiln.builder.wheel_cache import plan_input_digest
 
     try:
-        digest = plan_input_digest(loaded, cell, options)
+        digest = plan_input_digest(loaded, cell, options, toolchain)
     except (KilnError, OSError):
         # The summary of a finished build never fails on its reference figure.
         return None

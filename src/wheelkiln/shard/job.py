@@ -19,9 +19,7 @@ from wheelkiln.builder.cell import (
     build_cell,
     job_directory,
     make_cache,
-    tool_versions,
 )
-from wheelkiln.builder.linker import linker_versions
 from wheelkiln.builder.record import build_record
 from wheelkiln.cache.archive import pack
 from wheelkiln.cache.backend import TUOutcome
@@ -46,7 +44,7 @@ from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, read_wrapper
 
 
 def toolchain_fingerprint(
-    loaded: LoadedRecipe, cell: Cell, versions: dict[str, str]
+    loaded: LoadedRecipe, cell: Cell, versions: Mapping[str, str]
 ) -> dict[str, Any]:
     """What must be equal between shards and their link job for cache entries to match."""
     return {
@@ -290,10 +288,3 @@ def _slice_compiles(
     if mechanism == "source":
         return database  # the tree holds only this slice's sources: all of them compile
     return [c for c in database if is_mine(c.tu, index, count, partition_map)]
-
-
-def versions_for(
-    loaded: LoadedRecipe, options: BuildOptions, workdir: Path, job_dir: Path
-) -> dict[str, str]:
-    linker = linker_versions(loaded.recipe.build.linker, loaded.path, os.environ)
-    return {**tool_versions(make_cache(loaded, options, workdir, job_dir)), **linker}

@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln import run
-from wheelkiln.builder.cell import BuildOptions, BuildOutcome, build_cell, job_directory
+from wheelkiln.builder.cell import (
+    BuildOptions,
+    BuildOutcome,
+    build_cell,
+    job_directory,
+    job_toolchain,
+)
 from wheelkiln.builder.record import build_record, publish
 from wheelkiln.builder.wheel_checks import verify_wheel
 from wheelkiln.cache.archive import (
@@ -49,7 +55,7 @@ from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.shard.diagnostics import find_diagnostics
 from wheelkiln.shard.gate import LinkGateResult, link_gate, shard_refusal
-from wheelkiln.shard.job import toolchain_fingerprint, versions_for
+from wheelkiln.shard.job import toolchain_fingerprint
 from wheelkiln.shard.ledger import compile_ledger
 from wheelkiln.shard.partition import tu_key
 from wheelkiln.shard.trace import write_job_trace
@@ -176,7 +182,9 @@ def run_link(
         index: inspect_archive(path, limits) for index, path in sorted(archives.items())
     }
     problems: list[str] = []
-    own = toolchain_fingerprint(loaded, cell, versions_for(loaded, options, workdir, job_dir))
+    # Probed once for the job: the fingerprint shards must match, and the build's record.
+    toolchain = job_toolchain(loaded, options)
+    own = toolchain_fingerprint(loaded, cell, toolchain.versions)
     extras = job_dir.with_name(job_dir.name + ".shards")
     shutil.rmtree(extras, ignore_errors=True)
     merged: list[int] = []
@@ -211,7 +219,8 @@ def run_link(
         extra_env={**options.extra_env, "CCACHE_LOGFILE": str(ccache_log)},
         quiet=options.quiet,
     )
-    outcome = build_cell(loaded, cell, link_options)  # zeroes the merged shards' stats first
+    # build_cell zeroes the merged shards' stats first.
+    outcome = build_cell(loaded, cell, link_options, toolchain)
     stats = outcome.stats
     hits, misses = (stats.hits, stats.misses) if stats is not None else (0, 0)
     if outcome.exit_code != 0:
