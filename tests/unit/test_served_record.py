@@ -58,9 +58,9 @@ def test_kiln_build_served_from_the_wheel_cache_prints_its_own_record(
     stored = WheelCache().store(DIGEST, wheel, EARLIER)
     # Planning the real digest needs a build environment made by an earlier build; the
     # lookup, the copy and the record are what is under test.
-    from wheelkiln.builder import wheel_cache
+    from wheelkiln.builder import job
 
-    monkeypatch.setattr(wheel_cache, "plan_input_digest", lambda *args: DIGEST)
+    monkeypatch.setattr(job, "plan_input_digest", lambda *args: DIGEST)
     out = tmp_path / "dist"
     monkeypatch.setattr(sys, "argv", ["kiln", "build", str(ROOT / "recipes" / "demo-cpp.toml"),
                                       "--out", str(out), "--json"])

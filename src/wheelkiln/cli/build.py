@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.markup import escape
@@ -28,7 +28,10 @@ from wheelkiln.cli.options import (
     summary_table,
     workdir_option,
 )
-from wheelkiln.errors import BuildError, UsageError
+from wheelkiln.errors import UsageError
+
+if TYPE_CHECKING:
+    from wheelkiln.builder.job import BuildResult
 
 
 def _cache_line(record: dict[str, Any]) -> str:
@@ -132,9 +135,8 @@ def build(
     The cache sits in front of every compiler the package calls. A build record (JSON)
     with timings, cache counters and digests is written beside the wheel.
     """
-    from wheelkiln.builder.cell import BuildOptions, build_cell
-    from wheelkiln.builder.record import build_record, publish
-    from wheelkiln.builder.wheel_checks import describe_verify, verify_wheel
+    from wheelkiln.builder.cell import BuildOptions
+    from wheelkiln.builder.job import run_build
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
 
@@ -214,43 +216,44 @@ def build(
                 on_report=emit_json if as_json else None,
             )
             return
-        use_wheel_cache = not (no_wheel_cache or recache)
-        if use_wheel_cache and _serve_from_wheel_cache(
-            loaded, chosen, options, out_dir, as_json, smoke=smoke
-        ):
-            return
-        outcome = build_cell(loaded, chosen, options)
-        record = build_record(outcome, kind="build", extra={"recache": recache})
-        if outcome.exit_code != 0:
-            tail = "\n".join(outcome.log_text.splitlines()[-25:])
-            raise BuildError(
-                f"Building {chosen.id} failed (exit {outcome.exit_code}). Last lines:\n{tail}",
-                hint=f"Full log: {outcome.log_path}",
+        result = run_build(
+            loaded,
+            chosen,
+            options,
+            out_dir,
+            smoke=smoke,
+            use_wheel_cache=not (no_wheel_cache or recache),
+        )
+        if result.outcome is not None and result.record_path is not None:
+            # Here, not in run_build: the trace reads shard-side logs, and builder/
+            # imports nothing from shard/ (shard/ imports builder/).
+            from wheelkiln.shard.trace import write_job_trace
+
+            write_job_trace(
+                result.record_path, result.outcome.job_dir, result.outcome.tu_outcomes,
+                result.record,
             )
-        record["verify"] = verify_wheel(outcome, loaded, smoke=smoke)
-        record_path = publish(outcome, record, out_dir)
-        from wheelkiln.builder.record import remember
-        from wheelkiln.shard.trace import write_job_trace
-
-        write_job_trace(record_path, outcome.job_dir, outcome.tu_outcomes, record)
-        from wheelkiln.builder.wheel_cache import WheelCache, outcome_input_digest
-
-        digest = outcome_input_digest(loaded, outcome, options)
-        # Also in the state home, where `kiln build --shards` finds it whatever --out was.
-        remember(record, digest)
-        if use_wheel_cache and outcome.wheel is not None:
-            WheelCache().store(digest, outcome.wheel.path, record)
     if as_json:
-        emit_json(record)
+        emit_json(result.record)
+    if result.served is not None:
+        _print_served(result, chosen.id, smoke=smoke)
+    else:
+        _print_built(result, chosen.id)
+
+
+def _print_built(result: BuildResult, cell_id: str) -> None:
+    from wheelkiln.builder.wheel_checks import describe_verify
+
+    record = result.record
     rows = [
-        ("cell", chosen.id),
+        ("cell", cell_id),
         ("wheel", str(record["wheel"]["path"])),
         ("wall / CPU", f"{record['wall_seconds']:.1f} s / {record['cpu_seconds']:.1f} s"),
         ("peak memory", f"{record['peak_rss_bytes'] / 2**20:.0f} MiB"),
         ("cache", _cache_line(record)),
         ("extension modules", str(len(record["extensions"]))),
         ("verify", describe_verify(record.get("verify"))),
-        ("record", str(record_path)),
+        ("record", str(result.record_path)),
     ]
     ui.console.print(summary_table("kiln build", rows))
     missed = record["cache"]["missed_tus"]
@@ -261,6 +264,31 @@ def build(
 def _on_command_line(parameter: str) -> bool:
     source = click.get_current_context().get_parameter_source(parameter)
     return source is click.core.ParameterSource.COMMANDLINE
+
+
+def _print_served(result: BuildResult, cell_id: str, *, smoke: bool) -> None:
+    from wheelkiln.builder.wheel_checks import describe_verify
+
+    record, hit = result.record, result.served
+    assert hit is not None
+    rows = [
+        ("cell", cell_id),
+        ("wheel", str(result.wheel)),
+        (
+            "served from",
+            f"the wheel cache (input digest {hit.digest[:16]}…, built "
+            f"{hit.record.get('cached_at', '?')})",
+        ),
+        (
+            "wall",
+            f"{record['wall_seconds']:.2f} s (the build that made the wheel: "
+            f"{hit.record.get('wall_seconds', '?')} s)",
+        ),
+        ("bypass", "--no-wheel-cache rebuilds through the compiler cache"),
+    ]
+    if smoke:
+        rows.append(("verify", describe_verify({"smoke": record["verify"]["smoke"]})))
+    ui.console.print(summary_table("kiln build", rows))
 
 
 def _refuse_inapplicable(
@@ -287,70 +315,3 @@ def _refuse_inapplicable(
                 f"{', '.join(given)} applies only with --shards N.",
                 hint="Add --shards N, or drop the option.",
             )
-
-
-
-
-def _serve_from_wheel_cache(
-    loaded: Any, cell: Any, options: Any, out_dir: Path, as_json: bool, *, smoke: bool
-) -> bool:
-    """Copy the wheel of an earlier build with the same input digest, if there is one."""
-    import shutil
-    import time
-
-    from wheelkiln.builder.record import served_record
-    from wheelkiln.builder.wheel_cache import WheelCache, plan_input_digest
-
-    started, cpu_started = time.perf_counter(), time.process_time()
-    digest = plan_input_digest(loaded, cell, options)
-    hit = WheelCache().lookup(digest) if digest else None
-    if hit is None:
-        return False
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / hit.wheel.name
-    shutil.copy2(hit.wheel, target)
-    record = served_record(
-        hit.record,
-        wheel_path=target,
-        input_digest=hit.digest,
-        wall_seconds=time.perf_counter() - started,
-        cpu_seconds=time.process_time() - cpu_started,
-        backend=options.cache,
-    )
-    if smoke:
-        # The smoke test belongs to this run: a wheel served from the cache is as
-        # deliverable as a built one, and its runtime may have changed since.
-        from wheelkiln.builder.wheel_checks import describe_verify, smoke_test
-
-        try:
-            ran = smoke_test(target, loaded, cell)
-        except BuildError as exc:
-            exc.hint = (
-                f"The wheel was served from the wheel cache (input digest {hit.digest[:16]}…); "
-                f"--no-wheel-cache rebuilds it. {exc.hint or ''}"
-            ).strip()
-            raise
-        record["verify"] = {**record.get("verify", {}), "smoke": ran}
-    if as_json:
-        emit_json(record)
-    rows = [
-        ("cell", cell.id),
-        ("wheel", str(target)),
-        (
-            "served from",
-            f"the wheel cache (input digest {hit.digest[:16]}…, built "
-            f"{hit.record.get('cached_at', '?')})",
-        ),
-        (
-            "wall",
-            f"{record['wall_seconds']:.2f} s (the build that made the wheel: "
-            f"{hit.record.get('wall_seconds', '?')} s)",
-        ),
-        ("bypass", "--no-wheel-cache rebuilds through the compiler cache"),
-    ]
-    if smoke:
-        rows.append(("verify", describe_verify({"smoke": record["verify"]["smoke"]})))
-    ui.console.print(summary_table("kiln build", rows))
-    return True
-
-
