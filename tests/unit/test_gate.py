@@ -563,3 +563,9 @@ def test_link_gate_names_remote_troubles_only_when_there_are_misses() -> None:
         "was not read",
     ]
     assert link_gate([], 22, 0, remote_troubles=trouble).passed
+
+
+def test_link_gate_counts_cython_misses_like_compiler_misses() -> None:
+    gate = link_gate([], 26, 0, cython_misses=2, cython_missed=["pkg._a", "pkg._b"])
+    assert not gate.passed
+    assert gate.problems == ["2 Cython cache miss(es): the shards did not hand over pkg._a, pkg._b"]
