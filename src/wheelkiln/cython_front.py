@@ -28,7 +28,7 @@ the wrapper then stubs the TU's compile, as it would any other.
 """
 
 # Per-transpile path: pathlib costs ~8 ms to import, so os.path strings.
-# ruff: noqa: PTH100, PTH108, PTH109, PTH113, PTH116, PTH118, PTH119, PTH120, PTH122, PTH208, SIM105
+# ruff: noqa: PTH100, PTH108, PTH109, PTH113, PTH116, PTH117, PTH118, PTH119, PTH120, PTH122, PTH208, SIM105
 from __future__ import annotations
 
 import os
@@ -247,27 +247,30 @@ def find_real(name: str, front_dir: str, environ: Mapping[str, str]) -> str | No
 
 
 def cython_package(real: str) -> tuple[str, str] | None:
-    """(version, package directory) of the Cython that the script *real* runs: its
-    ``#!`` interpreter's ``site-packages/Cython`` (``Shadow.py`` holds the version)."""
+    """(version, package directory) of the Cython that the script *real* runs: the
+    ``site-packages/Cython`` of the environment the script sits in (``<env>/bin/cython``;
+    pip's and uv's console scripts alike), else of its ``#!`` interpreter.
+    ``Shadow.py`` holds the version."""
+    prefixes = [os.path.dirname(os.path.dirname(os.path.abspath(real)))]
     try:
         with open(real, "rb") as handle:
             first = handle.readline().decode("utf-8", "replace")
     except OSError:
         return None
-    if not first.startswith("#!"):
-        return None
-    interpreter = first[2:].strip().split(" ")[0]
-    prefix = os.path.dirname(os.path.dirname(interpreter))
-    lib = os.path.join(prefix, "lib")
-    try:
-        pythons = sorted(name for name in os.listdir(lib) if name.startswith("python"))
-    except OSError:
-        return None
-    for python in pythons:
-        package = os.path.join(lib, python, "site-packages", "Cython")
-        version = _shadow_version(os.path.join(package, "Shadow.py"))
-        if version:
-            return version, package
+    interpreter = first[2:].strip().split(" ")[0] if first.startswith("#!") else ""
+    if os.path.isabs(interpreter):
+        prefixes.append(os.path.dirname(os.path.dirname(interpreter)))
+    for prefix in prefixes:
+        lib = os.path.join(prefix, "lib")
+        try:
+            pythons = sorted(name for name in os.listdir(lib) if name.startswith("python"))
+        except OSError:
+            continue
+        for python in pythons:
+            package = os.path.join(lib, python, "site-packages", "Cython")
+            version = _shadow_version(os.path.join(package, "Shadow.py"))
+            if version:
+                return version, package
     return None
 
 

@@ -69,6 +69,7 @@ def _generated_c(work: Path, suffix: str = "") -> dict[str, bytes]:
 def test_cold_build_transpiles_every_module_once(cython_cold: dict[str, Any]) -> None:
     record = cython_cold["record"]
     assert record["cython"]["misses"] == record["cython"]["total"] == 8
+    assert record["cython"]["uncached"] == 0, "every transpile went through the cache"
     assert record["cython"]["missed"] == MODULES
     assert record["cache"]["misses"] == record["cache"]["total"] == 8
     generated = _generated_c(cython_cold["work"])

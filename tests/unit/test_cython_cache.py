@@ -131,3 +131,20 @@ def test_placeholder_and_its_depfile(tmp_path: Path, depfile: bool) -> None:
     assert (out.parent / "m.pyx.c.dep").exists() == depfile
     if depfile:
         assert (out.parent / "m.pyx.c.dep").read_text() == "m.so.p/m.pyx.c:\n"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "#!{env}/bin/python\nimport sys\n",  # pip's console script
+        "#!/bin/sh\n'''exec' \"$(dirname -- \"$(realpath -- \"$0\")\")\"/'python' \"$0\" \"$@\"\n' '''\n",  # uv's
+    ],
+)
+def test_cython_package_is_found_for_pip_and_uv_scripts(tmp_path: Path, script: str) -> None:
+    env = tmp_path / "env"
+    package = env / "lib" / "python3.11" / "site-packages" / "Cython"
+    package.mkdir(parents=True)
+    (package / "Shadow.py").write_text('# cython.* namespace\n__version__ = "3.3.1"\n')
+    (env / "bin").mkdir()
+    (env / "bin" / "cython").write_text(script.format(env=env))
+    assert cython_front.cython_package(str(env / "bin" / "cython")) == ("3.3.1", str(package))
