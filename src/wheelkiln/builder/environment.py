@@ -224,6 +224,11 @@ def _uv_env(env: Mapping[str, str]) -> dict[str, str]:
     # uv reads VIRTUAL_ENV/CONDA_PREFIX to pick a target: every call names --python instead.
     clean = {k: v for k, v in env.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
     clean.setdefault("UV_NO_PROGRESS", "1")
+    # pip trusts the platform's certificate store (truststore); uv by default only its
+    # bundled roots, so behind a TLS-inspecting proxy pip installs and uv cannot. Same
+    # trust as pip, unless the caller chose otherwise.
+    clean.setdefault("UV_SYSTEM_CERTS", "1")
+    clean.setdefault("UV_NATIVE_TLS", "1")  # its name before uv 0.9
     return clean
 
 
