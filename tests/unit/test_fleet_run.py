@@ -118,7 +118,7 @@ def test_publishing_copies_no_record_outside_the_run(tmp_path: Path) -> None:
 def test_a_sharded_build_gives_a_gantt_row_per_shard_and_link_job(tmp_path: Path) -> None:
     from wheelkiln.cells import shard_record
     from wheelkiln.executors.sharded import shards_directory
-    from wheelkiln.fleet.executor import FleetJob, JobResult
+    from wheelkiln.fleet.jobs import FleetJob, JobResult
     from wheelkiln.fleet.runner import shard_entries
 
     cell = Cell("x", "3.11", "none", "none", "linux-x86_64", ())

@@ -32,7 +32,11 @@ def fleet_group() -> None:
               help="Only cells whose axis has this value (as kiln matrix -f); repeatable.")
 @click.option("--lane", help="Only cells of this CUDA lane (as kiln matrix --lane).")
 @click.option("--executor", "executor_name", default="local", show_default=True,
-              help="Where the builds run (local: this machine, every build at once).")
+              help="Where the builds run (local: this machine, every build at once; dask: "
+              "the workers of --scheduler, one build per builder).")
+@click.option("--scheduler", help="dask: the scheduler, tcp://HOST:PORT ($KILN_SCHEDULER).")
+@click.option("--handoff", type=click.Path(path_type=Path, file_okay=False),
+              help="dask: a directory every worker sees at the same path ($KILN_HANDOFF).")
 @click.option("--parallel", type=click.IntRange(1),
               help="At most this many builds at once per executor (default: all of them).")
 @click.option("--jobs", "-j", type=click.IntRange(1),
@@ -53,7 +57,8 @@ def fleet_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON on stdout.")
 def fleet_run(
     recipes: tuple[str, ...], filters: tuple[str, ...], lane: str | None, executor_name: str,
-    parallel: int | None, jobs: int | None, cache_name: str, shards: int | None, interval: float,
+    scheduler: str | None, handoff: Path | None, parallel: int | None, jobs: int | None,
+    cache_name: str, shards: int | None, interval: float,
     runs_dir: Path | None, workdir: Path | None, keep_caches: bool, as_json: bool,
 ) -> None:
     """Build every selected cell of RECIPES (default: every recipes/*.toml) at once, cold
@@ -67,14 +72,14 @@ def fleet_run(
     """
     from wheelkiln.builder_lock import describe
     from wheelkiln.errors import BuildError
-    from wheelkiln.fleet.executor import make_executor
+    from wheelkiln.fleet.executor import EngineSettings, make_executor
     from wheelkiln.fleet.folder import CONTENTION_NOTE, default_runs_dir
     from wheelkiln.fleet.runner import FleetSettings, run_fleet
     from wheelkiln.output_paths import check_output_dir
     from wheelkiln.paths import kiln_home
 
-    executor = make_executor(executor_name, parallel)
     selected = select_fleet_cells(recipes, filters, lane)
+    executor = make_executor(executor_name, EngineSettings(parallel, scheduler, handoff))
     runs = runs_dir or default_runs_dir()
     check_output_dir(runs, "--runs-dir")
     check_output_dir(kiln_home(), "$KILN_HOME")

@@ -4,7 +4,9 @@ An engine says which builders it has, samples each of them while the run lasts, 
 the builds, as many at once as its builders take. ``local`` has one builder, this
 machine, and takes every build at once (``max_parallel`` caps it): every build is a
 ``kiln build`` process of its own, started through :mod:`wheelkiln.run`, so each one has
-its own process group and record, and inherits the run's builder lock.
+its own process group and record, and inherits the run's builder lock. ``dask``
+(:mod:`wheelkiln.fleet.dask_fleet`) builds on a Dask cluster's workers, one build per
+builder.
 """
 
 from __future__ import annotations
@@ -17,85 +19,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 import psutil
 
 from wheelkiln import run
-from wheelkiln.cells import Cell
 from wheelkiln.errors import UsageError
+from wheelkiln.fleet.jobs import BuilderInfo, FleetExecutor, FleetJob, JobEvent, JobResult
 from wheelkiln.fleet.sampler import CacheCounters, Sampler, SampleSink
-
-
-@dataclass(frozen=True)
-class FleetJob:
-    """One cell of a fleet run: a cold ``kiln build`` into a private cache directory."""
-
-    cell: Cell
-    recipe: Path
-    out_dir: Path
-    log_path: Path
-    cache: str
-    cache_dir: Path
-    namespace: str
-    jobs: int | None = None
-    workdir: Path | None = None
-    shards: int | None = None
-    """Build the cell sharded N ways (``kiln build --shards N``): each shard job gets a
-    private, fresh cache of its own, so only the namespace is passed."""
-
-    def command(self) -> list[str]:
-        argv = [sys.executable, "-m", "wheelkiln", "build", str(self.recipe), "--cell",
-                self.cell.id, "--cache", self.cache, "--namespace", self.namespace]
-        if self.shards is None:
-            argv += ["--cache-dir", str(self.cache_dir), "--recache", "--no-wheel-cache"]
-        else:
-            argv += ["--shards", str(self.shards)]
-        argv += ["--out", str(self.out_dir)]
-        if self.jobs is not None:
-            argv += ["--jobs", str(self.jobs)]
-        if self.workdir is not None:
-            argv += ["--workdir", str(self.workdir)]
-        return argv
-
-
-@dataclass(frozen=True)
-class JobResult:
-    cell: str
-    builder: str
-    start: float
-    """Epoch seconds."""
-    end: float
-    exit_code: int
-
-
-@dataclass(frozen=True)
-class BuilderInfo:
-    name: str
-    cpus: int
-    memory_bytes: int
-    platform: str
-    executor: str
-
-
-JobEvent = Callable[[str, FleetJob, JobResult | None], None]
-"""Called with ("start", job, None) and ("end", job, result)."""
-
-
-class FleetExecutor(Protocol):
-    name: str
-
-    def builders(self) -> list[BuilderInfo]: ...
-
-    def sampling(
-        self, sink: SampleSink, *, interval: float, cache_counters: CacheCounters | None,
-        running: Callable[[], int],
-    ) -> AbstractContextManager[list[Sampler]]: ...
-
-    def run(self, jobs: Sequence[FleetJob], on_event: JobEvent) -> list[JobResult]: ...
 
 
 class LocalFleet:
@@ -148,12 +82,41 @@ class LocalFleet:
             return [future.result() for future in futures]
 
 
-EXECUTORS: Final[dict[str, Callable[[int | None], FleetExecutor]]] = {
-    "local": LocalFleet,
+@dataclass(frozen=True)
+class EngineSettings:
+    max_parallel: int | None = None
+    scheduler: str | None = None
+    """dask: the scheduler's address (default: $KILN_SCHEDULER)."""
+    handoff: Path | None = None
+    """dask: a directory every worker sees at the same path (default: $KILN_HANDOFF)."""
+
+
+def _local(settings: EngineSettings) -> FleetExecutor:
+    return LocalFleet(settings.max_parallel)
+
+
+def _dask(settings: EngineSettings) -> FleetExecutor:
+    from wheelkiln.fleet.dask_fleet import DaskFleet
+
+    scheduler = settings.scheduler or os.environ.get("KILN_SCHEDULER")
+    handoff = settings.handoff or (Path(os.environ["KILN_HANDOFF"])
+                                   if os.environ.get("KILN_HANDOFF") else None)
+    if not scheduler or handoff is None:
+        raise UsageError(
+            "--executor dask needs the scheduler's address and a shared handoff directory.",
+            hint="Pass --scheduler tcp://HOST:PORT and --handoff DIR (or set KILN_SCHEDULER "
+            "and KILN_HANDOFF).",
+        )
+    return DaskFleet(scheduler, handoff)
+
+
+EXECUTORS: Final[dict[str, Callable[[EngineSettings], FleetExecutor]]] = {
+    "local": _local,
+    "dask": _dask,
 }
 
 
-def make_executor(name: str, max_parallel: int | None = None) -> FleetExecutor:
+def make_executor(name: str, settings: EngineSettings | None = None) -> FleetExecutor:
     try:
         factory = EXECUTORS[name]
     except KeyError:
@@ -161,4 +124,4 @@ def make_executor(name: str, max_parallel: int | None = None) -> FleetExecutor:
             f"--executor {name!r} is not a fleet executor.",
             hint="Fleet executors: " + ", ".join(sorted(EXECUTORS)) + ".",
         ) from None
-    return factory(max_parallel)
+    return factory(settings or EngineSettings())

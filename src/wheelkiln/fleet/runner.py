@@ -28,7 +28,7 @@ from wheelkiln import ui
 from wheelkiln.builder_lock import BuilderLock
 from wheelkiln.cells import Cell
 from wheelkiln.fleet import folder as fmt
-from wheelkiln.fleet.executor import FleetExecutor, FleetJob, JobResult
+from wheelkiln.fleet.jobs import FleetExecutor, FleetJob, JobResult
 from wheelkiln.fleet.sampler import DEFAULT_INTERVAL
 from wheelkiln.paths import kiln_home
 from wheelkiln.recipe.load import LoadedRecipe
