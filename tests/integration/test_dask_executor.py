@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Kiln
+from tests.conftest import Kiln, expected_checksum
 from tests.integration.test_link_verify import tiny_package, tiny_recipe
 
 pytestmark = pytest.mark.compile
@@ -145,6 +145,52 @@ def fleet_build(kiln: Kiln, fleet: Fleet, recipe: Path, tmp_path: Path, count: i
     return kiln("build", recipe, "--shards", str(count), "--executor", "dask", "--scheduler",
                 fleet.address, "--handoff", tmp_path / "handoff", "--out", tmp_path / "dist",
                 "--json", **kwargs)
+
+
+@pytest.mark.cuda
+def test_demo_kernels_on_two_workers_links_with_zero_misses_after_a_lost_worker(
+    kiln: Kiln, fleet: Fleet, kernels_cold: dict[str, Any], tmp_path: Path, installed
+) -> None:
+    fleet.ready()
+    (tmp_path / "handoff").mkdir()
+    killer = kill_during(fleet, "shard-0", times=1, after=3.0)
+    result = fleet_build(kiln, fleet, kernels_cold["recipe"], tmp_path, 4)
+    killer.join(timeout=5)
+    report = json.loads(result.stdout)
+    assert len(killer.killed) == 1  # type: ignore[attr-defined]
+    lost = killer.killed[0]  # type: ignore[attr-defined]
+    # Shard 1/4 lost its worker mid-shard and ran again elsewhere; the others once.
+    first = report["shards"][0]["fleet"]
+    assert first["tries"] == 2 and first["workers"][0] == lost and first["workers"][1] != lost
+    assert [s["fleet"]["tries"] for s in report["shards"][1:]] == [1, 1, 1]
+    assert len({w for s in report["shards"] for w in s["fleet"]["workers"]}) >= 2
+    assert "shard 1/4: retried on tcp://" in result.stderr
+    # Only manifests came back through the scheduler: each names its shard and toolchain,
+    # and its archive lies on the shared handoff directory.
+    for index, shard in enumerate(report["shards"]):
+        manifest = shard["handoff"]["manifest"]
+        assert (manifest["index"], manifest["count"], manifest["cell"]) == (
+            index, 4, kernels_cold["record"]["cell"])
+        assert Path(shard["handoff"]["archive"]).is_relative_to(tmp_path / "handoff")
+    # Every TU (24 kernels, dispatcher, module) compiled in exactly one shard.
+    tus = [tu for s in report["shards"] for tu in s["handoff"]["manifest"]["tus"]]
+    assert len(tus) == len(set(tus)) == 26
+    link = report["link"]
+    assert report["gate"] == {"passed": True, "problems": []}
+    assert link["cache"]["misses"] == 0
+    assert link["cache"]["hits"] == link["cache"]["total"] == kernels_cold["record"]["cache"]["total"]
+    # Both workers built, each in its own home, from its own copy of the checked bundle.
+    for home in fleet.homes:
+        assert list((home / "home" / "fleet" / "bundles").glob("*/source/CMakeLists.txt"))
+        assert list((home / "home" / "work").glob(f"{report['cell']}-*"))
+    wheel = link["wheel"]["path"]
+    assert Path(wheel).parent == tmp_path / "dist"
+    assert not any((tmp_path / "handoff").iterdir())  # a passed run's archives have served
+    answer = installed(wheel, "import demo_kernels; print(demo_kernels.checksum())")
+    assert int(answer) == expected_checksum(kernels_cold["tree"])
+    verdict = json.loads(kiln("verify", wheel, kernels_cold["record"]["wheel"]["path"],
+                              "--json").stdout)
+    assert verdict["equivalent"], verdict
 
 
 def test_shard_whose_worker_is_lost_twice_is_named_by_the_link_gate(

@@ -1,4 +1,4 @@
-"""``kiln build``: one cell into a wheel, whole or sharded locally."""
+"""``kiln build``: one cell into a wheel, whole, or sharded locally or on a Dask fleet."""
 
 from __future__ import annotations
 
@@ -50,7 +50,9 @@ def _cache_line(record: dict[str, Any]) -> str:
 @cache_option(allow_none=True, default="the recipe's, normally ccache")
 @out_dir_option("dist", "the wheel and its build record")
 @click.option(
-    "--shards", type=click.IntRange(1, 256), help="Shard the compile N ways locally, then link."
+    "--shards",
+    type=click.IntRange(1, 256),
+    help="Shard the compile N ways (locally, or on a fleet with --executor dask), then link.",
 )
 @click.option(
     "--filter",

@@ -395,21 +395,29 @@ def _wanted(key: str) -> bool:
 
 
 def _run_job(plan: Plan, job: str, argv: list[str]) -> run.Completed:
-    """Run one job's command; end its process group when the client cancels the task."""
+    """Run one job's command; end its process group when the task is no longer wanted:
+    the client cancelled it (its cancel event, or the worker's own state of the task) or
+    went away."""
     dask = _dask()
-    key = dask.get_worker().get_current_task()
-    cancelled = dask.Event(plan.cancel_event(job))
+    key = str(dask.get_worker().get_current_task())
+    # An Event made in a task without its client cannot be asked from another thread.
+    cancelled = dask.Event(plan.cancel_event(job), client=dask.get_client())
     stop = threading.Event()
     finished = threading.Event()
 
+    def asked_to_stop() -> bool:
+        if not _wanted(key):
+            return True
+        try:
+            return bool(cancelled.is_set())
+        except Exception:  # the scheduler is unreachable for a moment: keep building
+            return False
+
     def watch() -> None:
         while not finished.is_set():
-            try:
-                if cancelled.is_set() or not _wanted(str(key)):
-                    stop.set()
-                    return
-            except Exception:  # the scheduler is unreachable for a moment: keep building
-                pass
+            if asked_to_stop():
+                stop.set()
+                return
             finished.wait(CANCEL_POLL_SECONDS)
 
     watcher = threading.Thread(target=watch, daemon=True, name=f"kiln-watch-{job}")
