@@ -54,7 +54,7 @@ def kiln(*args: str | Path) -> dict[str, Any]:
 def start_cluster(root: Path, workers: int) -> Any:
     from distributed import Client, LocalCluster, Nanny
 
-    cluster = LocalCluster(host="127.0.0.1", n_workers=0, processes=True, dashboard_address=None)
+    cluster = LocalCluster(host="127.0.0.1", n_workers=0, processes=True, dashboard_address=":0")
     envs = kiln_home() / "envs"
     envs.mkdir(parents=True, exist_ok=True)
     for index in range(workers):

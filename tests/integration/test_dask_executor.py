@@ -42,7 +42,7 @@ class Fleet:
         from distributed import Client, LocalCluster, Nanny
 
         self.cluster = LocalCluster(
-            host="127.0.0.1", n_workers=0, processes=True, dashboard_address=None
+            host="127.0.0.1", n_workers=0, processes=True, dashboard_address=":0"
         )
         self.homes = []
         for index in range(2):
@@ -114,7 +114,7 @@ def one_worker() -> Iterator[tuple[str, str]]:
 
     with LocalCluster(host="127.0.0.1", protocol="tcp", n_workers=1, threads_per_worker=1,
                       processes=False,
-                      dashboard_address=None, resources={"builder": 1}) as cluster:
+                      dashboard_address=":0", resources={"builder": 1}) as cluster:
         yield cluster.scheduler_address, next(iter(cluster.scheduler_info["workers"]))
 
 
