@@ -19,9 +19,12 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +263,84 @@ def test_unreachable_scheduler_is_an_error_naming_it_with_nothing_started(
     assert not any((tmp_path / "handoff").iterdir())
     assert not (tmp_path / "dist").exists()
 
+
+SLEEPER_BACKEND = textwrap.dedent(
+    '''
+    import os, subprocess
+    from pathlib import Path
+
+    STATE = Path({state!r})
+
+
+    def get_requires_for_build_wheel(config_settings=None):
+        return []
+
+
+    def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+        compile_ = subprocess.Popen(["sleep", "300"])  # a compile that outlasts the test
+        mine = STATE / f"{{os.getpid()}}"
+        mine.with_suffix(".tmp").write_text(f"{{os.getpid()}} {{compile_.pid}}")
+        mine.with_suffix(".tmp").rename(mine.with_suffix(".pids"))
+        compile_.wait()
+        raise SystemExit(1)
+    '''
+)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def wait_until(condition: Callable[[], bool], what: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {seconds:g} s: {what}")
+        time.sleep(0.05)
+
+
+@pytest.mark.slow  # opt-in: about 40 s; run.run's stop is tested in tests/unit
+def test_ctrl_c_cancels_the_tasks_and_leaves_no_compile_running(
+    kiln: Kiln, fleet: Fleet, tmp_path: Path
+) -> None:
+    state = tmp_path / "state-of-backend"
+    state.mkdir()
+    package = tmp_path / "pkg"
+    (package / "backend").mkdir(parents=True)
+    (package / "backend" / "sleeper_backend.py").write_text(SLEEPER_BACKEND.format(state=str(state)))
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "sleeper_backend"\n'
+        'backend-path = ["backend"]\n'
+    )
+    recipe = tmp_path / "sleeper.toml"
+    recipe.write_text('name = "sleeper"\n[source]\npath = "pkg"\n')
+    (tmp_path / "handoff").mkdir()
+    client = subprocess.Popen(
+        [sys.executable, "-m", "wheelkiln", "build", str(recipe), "--shards", "2", "--executor",
+         "dask", "--scheduler", fleet.address, "--handoff", str(tmp_path / "handoff"),
+         "--out", str(tmp_path / "dist")],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=kiln.env, cwd=tmp_path,
+    )
+    try:
+        wait_until(lambda: len(list(state.glob("*.pids"))) == 2 or client.poll() is not None,
+                   "both shards started their compile", 300)
+        assert client.poll() is None, client.communicate()
+        pids = [int(pid) for path in state.glob("*.pids") for pid in path.read_text().split()]
+        assert all(alive(pid) for pid in pids)
+        client.send_signal(signal.SIGINT)
+        _, err = client.communicate(timeout=180)
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+    assert client.returncode == 130, err
+    assert "Interrupted: cancelling the fleet's tasks" in err
+    assert "No word within" not in err  # every running task said its job ended
+    # The backends and their compiles on both workers are gone, and the workers are idle.
+    assert [pid for pid in pids if alive(pid)] == []
+    wait_until(lambda: not any(fleet.client.run(_executing).values()), "the workers are idle", 10)

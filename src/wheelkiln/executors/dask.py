@@ -792,7 +792,7 @@ class DaskExecutor:
                 shutil.rmtree(run_dir, ignore_errors=True)
         finally:
             with _quiet_dask():
-                client.close()
+                client.close(timeout=10)
         return ShardedRun(
             job=job,
             shards=tuple(shards),
