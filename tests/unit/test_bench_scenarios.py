@@ -18,7 +18,7 @@ from wheelkiln.bench.scenarios import (
     expand_scenarios,
     run_bench,
 )
-from wheelkiln.builder.cell import DEFAULT_SOURCE_DATE_EPOCH, BuildOptions, BuildOutcome
+from wheelkiln.builder.cell import BuildOutcome
 from wheelkiln.builder.environment import BuildEnvironment
 from wheelkiln.builder.record import build_record
 from wheelkiln.builder_lock import BuilderLock
@@ -26,6 +26,7 @@ from wheelkiln.cache.backend import CacheStats, TUOutcome
 from wheelkiln.cells import Cell
 from wheelkiln.errors import KilnError, UsageError
 from wheelkiln.recipe.load import LoadedRecipe, load_recipe
+from wheelkiln.settings import DEFAULT_SOURCE_DATE_EPOCH, BuildOptions
 from wheelkiln.wheels.facts import inspect_wheel
 
 TUS = ("csrc/a.cpp", "csrc/b.cpp", "csrc/c.cpp")
@@ -53,10 +54,10 @@ class FakeFarm:
             self.entries.add(key)
             outcomes.append(TUOutcome(tu, hit))
         hits = sum(o.hit for o in outcomes)
-        job = self.tmp / "work" / f"{cell.id}-{options.job_suffix}"
+        job = self.tmp / "work" / f"{cell.id}-{options.job.suffix}"
         job.mkdir(parents=True, exist_ok=True)
-        (job / "build.log").write_text(f"log of {options.job_suffix}\n")
-        failed = self.fail_scenario is not None and options.job_suffix.endswith(self.fail_scenario)
+        (job / "build.log").write_text(f"log of {options.job.suffix}\n")
+        failed = self.fail_scenario is not None and options.job.suffix.endswith(self.fail_scenario)
         wheel = job / "demo-0.1-cp311-cp311-linux_x86_64.whl"
         so = b"object code" + (str(options.source_date_epoch).encode() if self.epoch_in_extension else b"")
         with zipfile.ZipFile(wheel, "w") as zipped:

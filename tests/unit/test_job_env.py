@@ -70,10 +70,10 @@ def test_quoted_nvcc_flags_in_a_recipe_are_refused(tmp_path: Path) -> None:
 
 def test_the_input_digest_records_the_filled_in_values(tmp_path: Path) -> None:
     """Two build environments, same recipe: a placeholder makes the inputs differ."""
-    from wheelkiln.builder.cell import BuildOptions
     from wheelkiln.builder.environment import BuildEnvironment
     from wheelkiln.cells import NO_CUDA, NO_TORCH, Cell
     from wheelkiln.recipe.load import LoadedRecipe, parse_recipe
+    from wheelkiln.settings import BuildOptions
 
     recipe_path = tmp_path / "r.toml"
 

@@ -46,12 +46,19 @@ from typing import Any, Literal
 
 from wheelkiln import run, ui
 from wheelkiln.bench import store
-from wheelkiln.builder.cell import DEFAULT_SOURCE_DATE_EPOCH, BuildOptions, BuildOutcome
+from wheelkiln.builder.cell import BuildOutcome
 from wheelkiln.builder_lock import BuilderLock
 from wheelkiln.cells import Cell
 from wheelkiln.errors import GateError, KilnError, UsageError
 from wheelkiln.paths import envs_dir, kiln_home, resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.settings import (
+    DEFAULT_SOURCE_DATE_EPOCH,
+    BuildOptions,
+    JobSetup,
+    resolve_build_settings,
+    with_job,
+)
 
 SCENARIO_SETS: dict[str, tuple[str, ...]] = {
     "frozen": ("frozen",),
@@ -331,11 +338,12 @@ class _Bench:
     # -- one step ----------------------------------------------------------------------
 
     def options(self, scenario: str, namespace: str, *, recache: bool, epoch: int) -> BuildOptions:
-        return BuildOptions(
-            cache=self.backend, cache_dir=self.cache_dir, namespace=namespace, recache=recache,
-            workdir=self.settings.workdir, job_suffix=f"bench-{scenario}", jobs=self.jobs,
-            source_date_epoch=epoch, quiet=self.settings.quiet,
+        options = resolve_build_settings(
+            self.loaded, cache=self.backend, cache_dir=self.cache_dir, namespace=namespace,
+            recache=recache, workdir=self.settings.workdir, jobs=self.jobs,
+            source_date_epoch=epoch,
         )
+        return with_job(options, JobSetup(suffix=f"bench-{scenario}", quiet=self.settings.quiet))
 
     def scratch(self, name: str) -> Path:
         """An emptied directory beside the job trees (wheels copied out, shard outputs)."""
@@ -384,7 +392,7 @@ class _Bench:
     def _build(self, options: BuildOptions) -> tuple[dict[str, Any], BuildOutcome | None, _Timed]:
         if self.settings.shards > 1:
             sharded = self.hooks.sharded()
-            out_dir = self.scratch(f"{options.job_suffix}-dist")
+            out_dir = self.scratch(f"{options.job.suffix}-dist")
             with _Stopwatch() as watch:
                 try:
                     report = sharded(self.loaded, self.cell, options, self.settings.shards,

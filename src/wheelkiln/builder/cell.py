@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,28 +43,8 @@ from wheelkiln.cache.remote import RemotePlan, plan_remote
 from wheelkiln.cells import Cell
 from wheelkiln.paths import default_cache_dir, envs_dir, kiln_home, resolve_workdir, sources_dir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.settings import BuildOptions
 from wheelkiln.wheels.facts import WheelFacts, inspect_wheel
-
-DEFAULT_SOURCE_DATE_EPOCH = 1700000000
-
-
-@dataclass(frozen=True)
-class BuildOptions:
-    """How one cell is built. Paths default to places under ``$KILN_HOME``."""
-
-    cache: str = "ccache"
-    cache_dir: Path | None = None
-    namespace: str | None = None
-    recache: bool = False
-    remote: str | None = None
-    workdir: Path | None = None
-    job_suffix: str = ""
-    jobs: int | None = None
-    source_date_epoch: int = DEFAULT_SOURCE_DATE_EPOCH
-    seat_wrapper: bool = False
-    extra_env: Mapping[str, str] = field(default_factory=dict)
-    prepare_tree: Callable[[Path], None] | None = None
-    quiet: bool = False
 
 
 @dataclass
@@ -149,9 +128,9 @@ def build_cell(
     (:func:`job_toolchain`); probed here otherwise."""
     recipe = loaded.recipe
     workdir = resolve_workdir(options.workdir)
-    job_dir = job_directory(workdir, cell, options.job_suffix)
+    job_dir = job_directory(workdir, cell, options.job.suffix)
     tree = job_dir / "src"
-    title = f"{cell.id} {options.job_suffix}".rstrip()
+    title = f"{cell.id} {options.job.suffix}".rstrip()
     check_recipe_env(recipe.build.env, loaded.path)  # before any work
     # Refused before any work when absent; a job's toolchain has it already.
     linker = (
@@ -159,14 +138,14 @@ def build_cell(
     )
     with ui.step(
         f"Preparing {title}",
-        quiet=options.quiet,
+        quiet=options.job.quiet,
     ):
         pristine = fetch_source(loaded, sources_dir())
         shutil.rmtree(job_dir, ignore_errors=True)
         job_dir.mkdir(parents=True)
         copy_tree(pristine, tree, recipe.source.exclude)
-        if options.prepare_tree is not None:
-            options.prepare_tree(tree)
+        if options.job.prepare_tree is not None:
+            options.job.prepare_tree(tree)
         digest = source_digest(tree, recipe.source.exclude)
         system = read_build_system(tree)
         extra_requires = [*recipe.build.requires, *frontend_requires(recipe.build.frontend)]
@@ -179,7 +158,7 @@ def build_cell(
         )
     remote = plan_remote(configured_remote(loaded, options)) if options.cache != "none" else None
     cache = make_cache(loaded, options, workdir, job_dir, remote=remote.usable if remote else None)
-    launch = Launch(cache.executable() if cache else None, seat_wrapper=options.seat_wrapper)
+    launch = Launch(cache.executable() if cache else None, seat_wrapper=options.job.seat_wrapper)
     env = inherited_environment(os.environ)
     recipe_env = expand_recipe_env(recipe.build.env, environment.path, loaded.path)
     env.update(recipe_env)
@@ -189,7 +168,7 @@ def build_cell(
         system.kind,
         job_dir / "build",
         jobs.jobs,
-        keep_going=options.seat_wrapper,  # shard jobs
+        keep_going=options.job.seat_wrapper,  # shard jobs
         recipe_settings=recipe.build.config_settings,
         environ=env,
     )
@@ -218,10 +197,10 @@ def build_cell(
     if recipe.build.linker != "default":
         cmake = cmake_version(environment.path, env) if system.kind == "cmake" else None
         env.update(linker_environment(recipe.build.linker, system.kind, env, cmake=cmake))
-    env.update(options.extra_env)
+    env.update(options.job.extra_env)
     cython_log = job_dir / cython_cache.LOG_NAME
     cython_path: list[str] = []
-    if cache is not None or options.seat_wrapper:
+    if cache is not None or options.job.seat_wrapper:
         cython_path, site_hook = cython_fronts()
         env["PYTHONPATH"] = os.pathsep.join(p for p in (site_hook, env.get("PYTHONPATH")) if p)
         env.update(
@@ -292,7 +271,7 @@ def build_cell(
     try:
         with ui.step(
             f"Building {title}",
-            quiet=options.quiet,
+            quiet=options.job.quiet,
         ) as shown:
             started = time.perf_counter()
             done = run.run_logged(argv, log_path=log_path, cwd=tree, env=env, on_line=shown.line)

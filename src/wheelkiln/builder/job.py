@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wheelkiln.builder.cell import BuildOptions, BuildOutcome, build_cell, job_toolchain
+from wheelkiln.builder.cell import BuildOutcome, build_cell, job_toolchain
 from wheelkiln.builder.record import build_record, publish, remember, served_record
 from wheelkiln.builder.wheel_cache import (
     CachedWheel,
@@ -27,6 +27,7 @@ from wheelkiln.builder.wheel_checks import smoke_test, verify_wheel
 from wheelkiln.cells import Cell
 from wheelkiln.errors import BuildError
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.settings import BuildOptions
 
 
 @dataclass(frozen=True)

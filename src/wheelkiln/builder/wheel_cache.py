@@ -34,11 +34,12 @@ from wheelkiln.digest import sha256_file
 from wheelkiln.paths import wheel_cache_dir
 
 if TYPE_CHECKING:
-    from wheelkiln.builder.cell import BuildOptions, BuildOutcome
+    from wheelkiln.builder.cell import BuildOutcome
     from wheelkiln.builder.environment import BuildEnvironment
     from wheelkiln.builder.toolchain import Toolchain
     from wheelkiln.cells import Cell
     from wheelkiln.recipe.load import LoadedRecipe
+    from wheelkiln.settings import BuildOptions
 
 DIGEST_VERSION = 2
 """Bumped when what goes into the digest changes, so old entries stop matching."""
@@ -137,7 +138,7 @@ def _cell_digest(
         build_affecting_env(
             env,
             source_date_epoch=options.source_date_epoch,
-            extra={**recipe_env, **options.extra_env},
+            extra={**recipe_env, **options.job.extra_env},
         ),
     )
 
@@ -159,7 +160,7 @@ def plan_input_digest(
     from wheelkiln.builder.source import fetch_source, source_digest
     from wheelkiln.paths import envs_dir, sources_dir
 
-    if options.prepare_tree is not None or options.seat_wrapper:
+    if options.job.prepare_tree is not None or options.job.seat_wrapper:
         raise ValueError("shard jobs (prepare_tree / seat wrapper) must not use the wheel cache")
     recipe = loaded.recipe
     pristine = fetch_source(loaded, sources_dir())

@@ -137,10 +137,10 @@ def build(
     The cache sits in front of every compiler the package calls. A build record (JSON)
     with timings, cache counters and digests is written beside the wheel.
     """
-    from wheelkiln.builder.cell import BuildOptions
     from wheelkiln.builder.job import run_build
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
+    from wheelkiln.settings import resolve_build_settings
 
     _refuse_inapplicable(
         shards,
@@ -175,8 +175,9 @@ def build(
     check_job_locations(out_dir, workdir, cache_dir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
-    options = BuildOptions(
-        cache=cache_name or loaded.recipe.cache.backend,
+    options = resolve_build_settings(
+        loaded,
+        cache=cache_name,
         cache_dir=cache_dir,
         namespace=namespace,
         remote=remote,

@@ -108,27 +108,6 @@ def builder_lock(timeout: float | None) -> Iterator[None]:
         lock.release()
 
 
-def common_build_options(
-    cache_name: str | None,
-    loaded: Any,
-    workdir: Path | None,
-    jobs: int | None,
-    namespace: str | None,
-    cache_dir: Path | None = None,
-    remote: str | None = None,
-) -> Any:
-    from wheelkiln.builder.cell import BuildOptions
-
-    return BuildOptions(
-        cache=cache_name or loaded.recipe.cache.backend,
-        workdir=workdir,
-        jobs=jobs,
-        namespace=namespace,
-        cache_dir=cache_dir,
-        remote=remote,
-    )
-
-
 # --- option decorators -----------------------------------------------------------------
 
 

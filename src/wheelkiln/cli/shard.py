@@ -17,7 +17,6 @@ from wheelkiln.cli.options import (
     builder_lock,
     cell_option,
     check_job_locations,
-    common_build_options,
     count_option,
     emit_json,
     job_options,
@@ -76,13 +75,16 @@ def shard(
     from wheelkiln.cells import shard_label
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
+    from wheelkiln.settings import resolve_build_settings
     from wheelkiln.shard.job import describe_stores, run_shard
 
     check_job_locations(out_dir, workdir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
     total = count or loaded.recipe.sharding.count
-    options = common_build_options(cache_name, loaded, workdir, jobs, namespace, remote=remote)
+    options = resolve_build_settings(
+        loaded, cache=cache_name, workdir=workdir, jobs=jobs, namespace=namespace, remote=remote
+    )
     with builder_lock(None):
         result = run_shard(
             loaded,
@@ -167,6 +169,7 @@ def link(
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.output_paths import check_input_dir
     from wheelkiln.recipe.load import find_recipe
+    from wheelkiln.settings import resolve_build_settings
     from wheelkiln.shard.ledger import describe_ledger
     from wheelkiln.shard.link import run_link
 
@@ -175,7 +178,9 @@ def link(
     check_job_locations(out_dir, workdir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
-    options = common_build_options(cache_name, loaded, workdir, jobs, namespace, remote=remote)
+    options = resolve_build_settings(
+        loaded, cache=cache_name, workdir=workdir, jobs=jobs, namespace=namespace, remote=remote
+    )
     with builder_lock(None):
         result = run_link(
             loaded,

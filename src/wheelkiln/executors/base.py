@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from wheelkiln import run
-from wheelkiln.builder.cell import BuildOptions
 from wheelkiln.cells import Cell
 from wheelkiln.errors import KilnError
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.settings import BuildOptions
 from wheelkiln.shard.gate import LinkGateResult
 
 

@@ -22,6 +22,7 @@ from wheelkiln.executors.base import (
     ShardRun,
 )
 from wheelkiln.paths import resolve_workdir
+from wheelkiln.settings import executor_job
 from wheelkiln.shard.job import ShardResult, run_shard
 from wheelkiln.shard.link import run_link
 
@@ -71,7 +72,7 @@ def schedule_shards(
 def _run_shard(job: ShardedJob, index: int, workdir: Path, jobs: int) -> run.ChildCall[ShardResult]:
     """Shard *index* of *job* in a worker process of its own: its build, in its private
     tree with its private cache directory, can fail or be killed alone."""
-    options = replace(job.options, cache_dir=None, workdir=workdir, jobs=jobs)
+    options = executor_job(job.options, workdir, jobs)
     label = ["shard", "--cell", job.cell.id, "--index", str(index), "--count", str(job.count)]
     return run.call_in_child(
         label,
@@ -162,7 +163,7 @@ class LocalExecutor:
                 job.cell,
                 shards_dir,
                 job.out_dir,
-                replace(options, cache_dir=None, workdir=workdir),
+                executor_job(options, workdir),
                 expected_count=job.count,
                 smoke=job.smoke,
             )

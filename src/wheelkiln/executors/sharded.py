@@ -11,7 +11,6 @@ from typing import Any
 from rich.table import Table
 
 from wheelkiln import ui
-from wheelkiln.builder.cell import BuildOptions
 from wheelkiln.builder.toolchain import Toolchain
 from wheelkiln.builder.wheel_checks import describe_verify
 from wheelkiln.cells import Cell, shard_label
@@ -20,6 +19,7 @@ from wheelkiln.executors.base import ExecutorSettings, ShardedJob, ShardedRun, S
 from wheelkiln.executors.registry import DEFAULT_EXECUTOR, make_executor
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.settings import BuildOptions
 from wheelkiln.shard.ledger import describe_ledger
 
 

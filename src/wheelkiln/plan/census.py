@@ -365,8 +365,9 @@ def census_pass(
     """Build the cell once with every TU stubbed (probes and links run for real, nothing
     is cached), then compile one typical TU per language for real, as the build ran it."""
     from wheelkiln import run
-    from wheelkiln.builder.cell import BuildOptions, build_cell, job_directory
+    from wheelkiln.builder.cell import build_cell, job_directory
     from wheelkiln.paths import resolve_workdir
+    from wheelkiln.settings import resolve_build_settings, seat_job
     from wheelkiln.shard.wrapper import SeatConfig
     from wheelkiln.shard.wrapper_log import WRAPPER_LOG, read_wrapper_log
 
@@ -391,12 +392,11 @@ def census_pass(
         partition_map_path=None,
         build_dir=str(job_dir / "build"),
     )
-    options = BuildOptions(
-        cache="none",
+    options = seat_job(
+        resolve_build_settings(loaded, cache="none", workdir=root, jobs=jobs),
+        suffix="census",
         workdir=root,
-        job_suffix="census",
-        jobs=jobs,
-        seat_wrapper=True,
+        cache_dir=None,
         extra_env=seat.to_environ(),
         prepare_tree=prepare,
     )

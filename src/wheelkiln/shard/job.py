@@ -14,7 +14,6 @@ from typing import Any
 
 from wheelkiln import run
 from wheelkiln.builder.cell import (
-    BuildOptions,
     BuildOutcome,
     build_cell,
     job_directory,
@@ -29,6 +28,7 @@ from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
 from wheelkiln.errors import UsageError
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.settings import BuildOptions, seat_job
 from wheelkiln.shard.gate import (
     ExpectedCompile,
     ShardGateResult,
@@ -180,19 +180,13 @@ def run_shard(
         ),
         build_dir=str(job_dir / "build"),
     )
-    shard_options = BuildOptions(
-        cache=options.cache,
-        cache_dir=cache_dir,
-        namespace=options.namespace,
-        remote=options.remote,
+    shard_options = seat_job(
+        options,
+        suffix=suffix,
         workdir=workdir,
-        job_suffix=suffix,
-        jobs=options.jobs,
-        source_date_epoch=options.source_date_epoch,
-        seat_wrapper=True,
-        extra_env={**options.extra_env, **seat.to_environ()},
+        cache_dir=cache_dir,
+        extra_env=seat.to_environ(),
         prepare_tree=prepare,
-        quiet=options.quiet,
     )
     outcome = build_cell(loaded, cell, shard_options)
     records = read_wrapper_log(wrapper_log)

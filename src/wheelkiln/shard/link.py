@@ -24,13 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln import run
-from wheelkiln.builder.cell import (
-    BuildOptions,
-    BuildOutcome,
-    build_cell,
-    job_directory,
-    job_toolchain,
-)
+from wheelkiln.builder.cell import BuildOutcome, build_cell, job_directory, job_toolchain
 from wheelkiln.builder.record import build_record, publish
 from wheelkiln.builder.wheel_checks import verify_wheel
 from wheelkiln.cache.archive import (
@@ -53,6 +47,7 @@ from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
 from wheelkiln.errors import BuildError, UsageError
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.settings import BuildOptions, link_job
 from wheelkiln.shard.diagnostics import find_diagnostics
 from wheelkiln.shard.gate import LinkGateResult, link_gate, shard_refusal
 from wheelkiln.shard.job import toolchain_fingerprint
@@ -207,17 +202,11 @@ def run_link(
         merged.append(index)
     ccache_log = job_dir.with_name(job_dir.name + ".ccache.log")
     ccache_log.unlink(missing_ok=True)
-    link_options = BuildOptions(
-        cache=options.cache,
-        cache_dir=cache_dir,
-        namespace=options.namespace,
-        remote=options.remote,
+    link_options = link_job(
+        options,
         workdir=workdir,
-        job_suffix="link",
-        jobs=options.jobs,
-        source_date_epoch=options.source_date_epoch,
-        extra_env={**options.extra_env, "CCACHE_LOGFILE": str(ccache_log)},
-        quiet=options.quiet,
+        cache_dir=cache_dir,
+        extra_env={"CCACHE_LOGFILE": str(ccache_log)},
     )
     # build_cell zeroes the merged shards' stats first.
     outcome = build_cell(loaded, cell, link_options, toolchain)
