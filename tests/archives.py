@@ -75,7 +75,7 @@ def valid_manifest(cell: str = "c", index: int = 0, count: int = 1) -> dict[str,
         "index": index,
         "count": count,
         "label": f"{index + 1}/{count}",
-        "mechanism": "seat",
+        "partition": "seat",
         "toolchain": {
             "compilers": {"gcc": "12.2.0"},
             "cache": {"ccache": "4.14"},

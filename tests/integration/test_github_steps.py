@@ -59,7 +59,7 @@ arch_list = ["8.0"]
 
 [sharding]
 count = 2
-filter = "seat"
+partition = "seat"
 platforms = ["linux-x86_64"]
 """
 

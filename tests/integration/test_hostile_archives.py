@@ -59,7 +59,7 @@ def real_shard(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> Rea
     tree = copy_example("demo-cpp", root)
     recipe = recipe_for(tree, "demo-cpp", root)
     Kiln(kiln_home, root / "state")(
-        "shard", recipe, "--index", "0", "--count", "1", "--filter", "seat",
+        "shard", recipe, "--index", "0", "--count", "1", "--partition", "seat",
         "--out", root / "shards", "--workdir", root / "work",
     )
     archive = root / "shards" / SHARD
@@ -348,7 +348,7 @@ def test_kiln_link_refuses_every_hostile_archive(
     prepared = {name: _prepare(real_shard, tmp_path, name) for name in names}
 
     def argv(p: Prepared) -> list[str | Path]:
-        return ["link", real_shard.recipe, "--shards", p.shards, "--out", p.root / "dist",
+        return ["link", real_shard.recipe, "--archives", p.shards, "--out", p.root / "dist",
                 "--workdir", p.root / "work"]
 
     results = dict(zip(sorted(SUBPROCESS_CASES), _in_parallel([
@@ -372,7 +372,7 @@ def test_kiln_link_names_a_wrapper_log_that_is_not_one(
     real_shard: RealShard, tmp_path: Path, kiln: Kiln
 ) -> None:
     p = _prepare(real_shard, tmp_path, "wrapper log with a non-JSON line")
-    result = kiln("link", real_shard.recipe, "--shards", p.shards, "--out", p.root / "dist",
+    result = kiln("link", real_shard.recipe, "--archives", p.shards, "--out", p.root / "dist",
                   "--workdir", p.root / "work", check=False)
     _assert_named(p, result)
     assert f"{p.archive}, member 'extra/wrapper.jsonl': line 3 is not JSON" in _flat(result.stderr)
@@ -381,7 +381,7 @@ def test_kiln_link_names_a_wrapper_log_that_is_not_one(
 def test_the_size_cap_holds_from_the_command_line_too(real_shard: RealShard, tmp_path: Path) -> None:
     p = _prepare(real_shard, tmp_path, "zeros past a lowered size cap")
     limit = f"{(real_shard.unpacked_size + 1024**2) // 1024}KiB"
-    base: list[str | Path] = ["link", real_shard.recipe, "--shards", p.shards, "--out", p.root / "dist",
+    base: list[str | Path] = ["link", real_shard.recipe, "--archives", p.shards, "--out", p.root / "dist",
                               "--workdir", p.root / "work"]
     result = _run([*base, "--max-unpacked-size", limit], p.root, {})
     _assert_named(p, result)
@@ -424,7 +424,7 @@ def test_archives_of_another_cell_or_toolchain_are_named_not_merged(
     write_members(archives[1], _renumbered(real_shard, 1, 3, lambda m: m.update(cell="other-py3.11-linux-x86_64")))
     write_members(archives[2], _renumbered(
         real_shard, 2, 3, lambda m: m["toolchain"]["compilers"].update(gcc="9.9.9")))
-    result = kiln("link", real_shard.recipe, "--shards", shards, "--out", tmp_path / "dist",
+    result = kiln("link", real_shard.recipe, "--archives", shards, "--out", tmp_path / "dist",
                   "--workdir", tmp_path / "work", check=False)
     message = _flat(result.stderr)
     assert result.returncode == 5, result.stderr
@@ -449,9 +449,9 @@ def test_archives_of_another_n_are_refused_by_name(real_shard: RealShard, tmp_pa
     write_members(mixed / f"{CELL}-shard-0-of-2.tar.gz", _renumbered(real_shard, 0, 2, lambda m: None))
     write_members(mixed / f"{CELL}-shard-1-of-3.tar.gz", _renumbered(real_shard, 1, 3, lambda m: None))
     count_two, disagree = _in_parallel([
-        lambda: _run(["link", real_shard.recipe, "--shards", three, "--count", "2", "--out",
+        lambda: _run(["link", real_shard.recipe, "--archives", three, "--count", "2", "--out",
                       tmp_path / "dist", "--workdir", tmp_path / "w1"], tmp_path / "a", {}),
-        lambda: _run(["link", real_shard.recipe, "--shards", mixed, "--out", tmp_path / "dist",
+        lambda: _run(["link", real_shard.recipe, "--archives", mixed, "--out", tmp_path / "dist",
                       "--workdir", tmp_path / "w2"], tmp_path / "b", {}),
     ])
     assert count_two.returncode == 2 and "Traceback" not in count_two.stderr, count_two.stderr

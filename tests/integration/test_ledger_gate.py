@@ -33,14 +33,14 @@ def test_a_shard_that_stubs_everything_fails_the_link_gate_naming_the_module(kil
     # so it stubs all of them (and still passes its own gate: its links fail as expected).
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps(dict.fromkeys(core + extra, 0)))
-    common = ["--count", "2", "--filter", "seat", "--out", tmp_path / "shards", "--workdir", tmp_path / "work"]
+    common = ["--count", "2", "--partition", "seat", "--out", tmp_path / "shards", "--workdir", tmp_path / "work"]
     first = kiln.json("shard", recipe, "--index", "0", "--partition-map", plan, *common)
     second = kiln.json("shard", recipe, "--index", "1", *common, env={"KILN_PARTITION_MAP": str(wrong)})
     assert first["shard"]["actions"].get("compile") == len(core)
     assert second["shard"]["actions"].get("compile", 0) == 0
     assert second["shard"]["actions"]["stub"] == len(core) + len(extra)
 
-    result = kiln("link", recipe, "--shards", tmp_path / "shards", "--out", tmp_path / "out",
+    result = kiln("link", recipe, "--archives", tmp_path / "shards", "--out", tmp_path / "out",
                   "--workdir", tmp_path / "work", "--json", check=False)
     assert result.returncode != 0
     record = json.loads(result.stdout)

@@ -94,7 +94,7 @@ def tiny_recipe(tree: Path, directory: Path, *, verify: str) -> Path:
     path.write_text(
         f'name = "kiln-tiny"\n[source]\npath = "{tree}"\n[build]\nfrontend = "pip"\n'
         '[matrix]\npython = ["3.11"]\nplatforms = ["linux-x86_64"]\nlinks_torch = false\n'
-        '[sharding]\ncount = 3\nfilter = "seat"\nplatforms = ["linux-x86_64"]\n'
+        '[sharding]\ncount = 3\npartition = "seat"\nplatforms = ["linux-x86_64"]\n'
         f"[verify]\n{verify}\n"
     )
     return path
@@ -116,7 +116,7 @@ def test_compile_error_in_the_link_build_is_a_build_failure_naming_the_tu(
     shards = _shard_all(kiln, recipe, tmp_path, 1)
     # The source changes between the shard jobs and the link job.
     (tree / "csrc" / "c.c").write_text("int part_c(void) { return 1 }\n")
-    result = kiln("link", recipe, "--shards", shards, "--out", tmp_path / "dist",
+    result = kiln("link", recipe, "--archives", shards, "--out", tmp_path / "dist",
                   "--workdir", tmp_path / "work", check=False)
     message = " ".join(result.stderr.split())
     assert result.returncode == 4, result.stderr

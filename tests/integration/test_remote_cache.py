@@ -161,7 +161,7 @@ def test_kiln_builds_share_through_redis_and_a_link_job_without_it_says_why(
 
     tree = write_package(tmp_path / "c")
     (tmp_path / "no-archives").mkdir()
-    result = kiln("link", write_recipe(tree, "ccache", dead), "--shards", tmp_path / "no-archives",
+    result = kiln("link", write_recipe(tree, "ccache", dead), "--archives", tmp_path / "no-archives",
                   "--count", "1", "--out", tmp_path / "dist", "--workdir", tmp_path / "c" / "work",
                   "--namespace", namespace, check=False)
     assert result.returncode == 5, result.stderr

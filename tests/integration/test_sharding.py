@@ -65,13 +65,13 @@ def test_demo_kernels_sharded_links_with_zero_misses(
     assert verdict["equivalent"], verdict
 
 
-@pytest.mark.parametrize("mechanism", ["source", "seat"])
-def test_demo_cpp_sharded_equivalent_to_unsharded(kiln: Kiln, tmp_path: Path, installed, mechanism: str) -> None:
+@pytest.mark.parametrize("partition", ["source", "seat"])
+def test_demo_cpp_sharded_equivalent_to_unsharded(kiln: Kiln, tmp_path: Path, installed, partition: str) -> None:
     tree = copy_example("demo-cpp", tmp_path)
     recipe = recipe_for(tree, "demo-cpp", tmp_path)
     reference = kiln.json("build", recipe, "--out", tmp_path / "ref", "--workdir", tmp_path / "refwork",
                           "--cache-dir", tmp_path / "refcache", "--no-wheel-cache")
-    report = sharded(kiln, recipe, tmp_path, 3, "--filter", mechanism)
+    report = sharded(kiln, recipe, tmp_path, 3, "--partition", partition)
     link = report["link"]
     assert link["cache"]["misses"] == 0 and link["cache"]["total"] == reference["cache"]["total"]
     # The reference went to another --out: its cold wall time is found in the state home.
@@ -83,7 +83,7 @@ def test_demo_cpp_sharded_equivalent_to_unsharded(kiln: Kiln, tmp_path: Path, in
     # wall time.
     shards = report["shards"]
     stores = sum(s["cache"]["stores"] for s in shards)
-    assert stores == reference["cache"]["total"] + (0 if mechanism == "seat" else 2 * 4)
+    assert stores == reference["cache"]["total"] + (0 if partition == "seat" else 2 * 4)
     assert report["slowest_shard_plus_link_seconds"] == pytest.approx(
         max(s["process"]["wall_seconds"] for s in shards) + link["wall_seconds"], abs=0.002)
     assert [s["process"]["jobs"] for s in shards] == report["measured"]["jobs"]
@@ -105,7 +105,7 @@ def test_compile_error_fails_its_shard(kiln: Kiln, tmp_path: Path) -> None:
     path.write_text(path.read_text() + "\nint broken( { return 0; }\n")
     recipe = recipe_for(tree, "demo-cpp", tmp_path)
     index = _owner(tree, broken, 3)
-    result = kiln("shard", recipe, "--index", str(index), "--count", "3", "--filter", "seat",
+    result = kiln("shard", recipe, "--index", str(index), "--count", "3", "--partition", "seat",
                   "--out", tmp_path / "shards", "--workdir", tmp_path / "work", check=False)
     assert result.returncode == 5, result.stderr
     assert f"shard {index + 1}/3 of demo-cpp-py3.11-linux-x86_64 failed its gate" in result.stderr
@@ -115,7 +115,7 @@ def test_compile_error_fails_its_shard(kiln: Kiln, tmp_path: Path) -> None:
 
 def _shard_all(kiln: Kiln, recipe: Path, tmp_path: Path, count: int, shards: Path, workdir: str = "work") -> None:
     for index in range(count):
-        kiln("shard", recipe, "--index", str(index), "--count", str(count), "--filter", "seat",
+        kiln("shard", recipe, "--index", str(index), "--count", str(count), "--partition", "seat",
              "--out", shards, "--workdir", tmp_path / workdir)
 
 
@@ -125,7 +125,7 @@ def test_missing_shard_still_links_and_fails_naming_it(kiln: Kiln, tmp_path: Pat
     shards = tmp_path / "shards"
     _shard_all(kiln, recipe, tmp_path, 3, shards)
     (shards / shard_archive("demo-cpp-py3.11-linux-x86_64", 1, 3)).unlink()
-    result = kiln("link", recipe, "--shards", shards, "--count", "3", "--out", tmp_path / "dist",
+    result = kiln("link", recipe, "--archives", shards, "--count", "3", "--out", tmp_path / "dist",
                   "--workdir", tmp_path / "work", check=False)
     assert result.returncode == 5
     assert "shard 2/3 is missing" in result.stderr
@@ -145,11 +145,11 @@ def test_shard_from_other_arch_list_is_named_not_merged(kiln: Kiln, tmp_path: Pa
                                    **{"links_torch = false\n": "links_torch = false\n" + lane.format(arch)})
     recipe_80, recipe_90 = recipes["8.0"], recipes["9.0"]
     shards = tmp_path / "shards"
-    kiln("shard", recipe_80, "--index", "0", "--count", "2", "--filter", "seat", "--out", shards,
+    kiln("shard", recipe_80, "--index", "0", "--count", "2", "--partition", "seat", "--out", shards,
          "--workdir", tmp_path / "work")
-    kiln("shard", recipe_90, "--index", "1", "--count", "2", "--filter", "seat", "--out", shards,
+    kiln("shard", recipe_90, "--index", "1", "--count", "2", "--partition", "seat", "--out", shards,
          "--workdir", tmp_path / "work")
-    result = kiln("link", recipe_80, "--shards", shards, "--out", tmp_path / "dist",
+    result = kiln("link", recipe_80, "--archives", shards, "--out", tmp_path / "dist",
                   "--workdir", tmp_path / "work", check=False)
     assert result.returncode == 5
     assert "shard 2/2 was built with a different toolchain (arch_list: shard has ['9.0'], " \
@@ -173,7 +173,7 @@ def test_tampered_archive_is_rejected_by_link(kiln: Kiln, tmp_path: Path) -> Non
         evil = tarfile.TarInfo("cache/../../escaped")
         evil.size = 1
         tar.addfile(evil, io.BytesIO(b"x"))
-    result = kiln("link", recipe, "--shards", shards, "--out", tmp_path / "dist", "--workdir",
+    result = kiln("link", recipe, "--archives", shards, "--out", tmp_path / "dist", "--workdir",
                   tmp_path / "work", check=False)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
@@ -259,7 +259,7 @@ def test_unlisted_toolchain_probe_and_sequential_extensions(kiln: Kiln, tmp_path
 def test_both_partitions_refused_at_runtime(kiln: Kiln, tmp_path: Path) -> None:
     tree = copy_example("demo-kernels", tmp_path)
     recipe = recipe_for(tree, "demo-kernels", tmp_path)
-    result = kiln("shard", recipe, "--index", "0", "--count", "2", "--filter", "source",
+    result = kiln("shard", recipe, "--index", "0", "--count", "2", "--partition", "source",
                   "--out", tmp_path / "s", check=False)
     assert result.returncode == 2
     assert "the source partition needs sharding.source_globs" in result.stderr

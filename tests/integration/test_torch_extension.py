@@ -169,7 +169,7 @@ arch_list = ["8.0"]
 
 [sharding]
 count = {SHARDS}
-filter = "seat"
+partition = "seat"
 
 [verify]
 import = "kiln_torch_demo"

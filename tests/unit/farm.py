@@ -32,7 +32,7 @@ class FarmRecipe:
     platforms: tuple[str, ...] = ("linux-x86_64",)
     shard_count: int = 1
     shard_platforms: tuple[str, ...] = ()
-    shard_filter: str = "seat"
+    shard_partition: str = "seat"
     pypi: bool = False
 
     # --- expectations, by arithmetic -----------------------------------------------
@@ -79,10 +79,10 @@ class FarmRecipe:
             lines += ["", "[[matrix.cuda]]", f'version = "{lane}"',
                       f"arch_list = {strings(LANES[lane])}"]
         lines += ["", "[sharding]", f"count = {self.shard_count}",
-                  f'filter = "{self.shard_filter}"']
+                  f'partition = "{self.shard_partition}"']
         if self.shard_platforms:
             lines.append(f"platforms = {strings(self.shard_platforms)}")
-        if self.shard_filter == "source":
+        if self.shard_partition == "source":
             lines.append('source_globs = ["csrc/generated/**/*.cu"]')
         return "\n".join(lines) + "\n"
 
@@ -95,12 +95,12 @@ NAMED = (
     FarmRecipe(
         "natten", python=("3.12",), cuda=("13.0",), torch=("2.9",), links_torch=True,
         platforms=("linux-x86_64", "windows-amd64"), shard_count=20,
-        shard_platforms=("linux-x86_64",), shard_filter="source",
+        shard_platforms=("linux-x86_64",), shard_partition="source",
     ),
     FarmRecipe(
         "spconv", python=("3.11", "3.12"), cuda=("12.8", "13.0"), torch=("2.9",),
         links_torch=False, platforms=("linux-x86_64", "linux-aarch64"), shard_count=10,
-        shard_filter="source", pypi=True,
+        shard_partition="source", pypi=True,
     ),
     FarmRecipe(
         "cumm", python=("3.11", "3.12"), cuda=("12.8", "13.0"), links_torch=False,
@@ -139,7 +139,7 @@ def _generated(index: int) -> FarmRecipe:
         platforms=platforms,
         shard_count=count,
         shard_platforms=shard_platforms,
-        shard_filter="source" if count > 1 and index % 5 == 0 else "seat",
+        shard_partition="source" if count > 1 and index % 5 == 0 else "seat",
         pypi=index % 4 == 1,
     )
 

@@ -46,7 +46,7 @@ def _cases() -> dict[str, tuple[list[str], int, list[str]]]:
     job_commands = {
         "build": ["build", RECIPE],
         "shard": ["shard", RECIPE, "--index", "0", "--count", "2"],
-        "link": ["link", RECIPE, "--shards", "{dir}"],
+        "link": ["link", RECIPE, "--archives", "{dir}"],
     }
     for command, argv in job_commands.items():
         options = ["--out", "--workdir"] + (["--cache-dir"] if command == "build" else [])
@@ -133,12 +133,12 @@ def _cases() -> dict[str, tuple[list[str], int, list[str]]]:
         ["shard", RECIPE, "--index", "0", "--partition-map", "{dir}"], 2,
         ["Invalid value for '--partition-map'", "is a directory"],
     )
-    cases["link --shards missing"] = (
-        ["link", RECIPE, "--shards", "{tmp}/nowhere"], 2,
-        ["--shards {tmp}/nowhere is not a directory", "does not exist"],
+    cases["link --archives missing"] = (
+        ["link", RECIPE, "--archives", "{tmp}/nowhere"], 2,
+        ["--archives {tmp}/nowhere is not a directory", "does not exist"],
     )
-    cases["link --shards a file"] = (
-        ["link", RECIPE, "--shards", "{file}"], 2, ["--shards {file} is not a directory"]
+    cases["link --archives a file"] = (
+        ["link", RECIPE, "--archives", "{file}"], 2, ["--archives {file} is not a directory"]
     )
 
     for what, (path, message) in BAD_OUT_FILES.items():
@@ -361,7 +361,7 @@ def test_shard_and_link_refuse_a_bad_out_before_building(tmp_path: Path) -> None
     blocker.write_text("not a directory\n")
     (tmp_path / "shards").mkdir()
     for argv in (["shard", RECIPE, "--index", "0", "--count", "2", "--out", str(blocker)],
-                 ["link", RECIPE, "--shards", str(tmp_path / "shards"), "--out",
+                 ["link", RECIPE, "--archives", str(tmp_path / "shards"), "--out",
                   str(blocker / "wheels")]):
         started = time.monotonic()
         result = kiln(tmp_path, *argv)

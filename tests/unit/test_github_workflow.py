@@ -163,7 +163,7 @@ def test_link_downloads_its_cells_shards_merged(workflow: dict[str, Any]) -> Non
         "merge-multiple": True,
     }
     link = next(s for s in steps(workflow, "link") if s["name"] == "Link")
-    assert ('kiln link "$MATRIX_RECIPE" --cell "$MATRIX_CELL" --shards kiln-shards '
+    assert ('kiln link "$MATRIX_RECIPE" --cell "$MATRIX_CELL" --archives kiln-shards '
             '--count "$MATRIX_SHARD_COUNT" --cache "$MATRIX_CACHE" --out kiln-dist') in link["run"]
     upload = steps(workflow, "link")[-1]
     assert upload["with"]["name"] == "${{ matrix.wheel_artifact }}"

@@ -91,15 +91,15 @@ def test_demo_job_fields(tmp_path: Path) -> None:
         needs=(),
         shard_index=1,
         shard_count=3,
-        shard_filter="seat",
+        shard_partition="seat",
     )
     link = jobs["link-demo-py3_11-cu12_8-torch2_9-linux-x86_64"]
     assert link.needs == tuple(f"shard-demo-py3_11-cu12_8-torch2_9-linux-x86_64-{i}-of-3"
                                for i in range(3))
-    assert (link.shard_index, link.shard_count, link.shard_filter) == (None, 3, "seat")
+    assert (link.shard_index, link.shard_count, link.shard_partition) == (None, 3, "seat")
     assert link.name == "link demo linux-x86_64 py3.11 cu12.8 torch2.9"
     build = jobs["build-demo-py3_12-cu13_0-torch2_9-windows-amd64"]
-    assert (build.cache, build.shard_index, build.shard_count, build.shard_filter) == (
+    assert (build.cache, build.shard_index, build.shard_count, build.shard_partition) == (
         "sccache", None, None, None)
     assert build.needs == ()
     assert build.name == "build demo windows-amd64 py3.12 cu13.0 torch2.9"
@@ -152,9 +152,9 @@ def test_count_one_never_shards(tmp_path: Path) -> None:
 
 
 def test_source_filter_is_carried_to_shard_and_link_jobs(tmp_path: Path) -> None:
-    spec = FarmRecipe("src", shard_count=2, shard_filter="source")
+    spec = FarmRecipe("src", shard_count=2, shard_partition="source")
     jobs = expand_jobs(load(tmp_path, spec))
-    assert [(job.kind, job.shard_filter) for job in jobs] == [
+    assert [(job.kind, job.shard_partition) for job in jobs] == [
         ("shard", "source"), ("shard", "source"), ("link", "source"),
     ]
 
@@ -386,7 +386,7 @@ def test_farm_is_varied(farm: tuple[Path, list[LoadedRecipe]]) -> None:
     assert any(len(m.matrix.cuda) == 2 for m in models)
     assert any(m.sharding.platforms for m in models)
     assert any(m.sharding.count > 1 and not m.sharding.platforms for m in models)
-    assert any(m.sharding.filter == "source" and m.sharding.count > 1 for m in models)
+    assert any(m.sharding.partition == "source" and m.sharding.count > 1 for m in models)
     assert any(m.source.pypi for m in models) and any(m.source.path for m in models)
     platforms = {p for m in models for p in m.matrix.platforms}
     assert platforms == {"linux-x86_64", "linux-aarch64", "windows-amd64", "macos-arm64",
@@ -474,7 +474,7 @@ def test_json_document_shape(tmp_path: Path) -> None:
         "runs_on": "ubuntu-24.04", "cache": "ccache",
         "container": "nvidia/cuda:13.0.1-devel-ubuntu24.04@sha256:"
                      "7d2f6a8c2071d911524f95061a0db363e24d27aa51ec831fcccf9e76eb72bc92",
-        "shard_index": 2, "shard_count": 3, "shard_filter": "seat",
+        "shard_index": 2, "shard_count": 3, "shard_partition": "seat",
         "archive": f"{cell}-shard-2-of-3.tar.gz", "artifact": f"shard-{cell}-2-of-3",
     }
     assert document["link"]["include"][1] == {
@@ -485,7 +485,7 @@ def test_json_document_shape(tmp_path: Path) -> None:
         "runs_on": "ubuntu-24.04", "cache": "ccache", "shard_count": 3,
         "container": "nvidia/cuda:13.0.1-devel-ubuntu24.04@sha256:"
                      "7d2f6a8c2071d911524f95061a0db363e24d27aa51ec831fcccf9e76eb72bc92",
-        "shard_filter": "seat", "artifact_pattern": f"shard-{cell}-*-of-3",
+        "shard_partition": "seat", "artifact_pattern": f"shard-{cell}-*-of-3",
         "wheel_artifact": f"wheel-{cell}",
         "needs": [f"shard-demo-py3_11-cu13_0-torch2_9-linux-x86_64-{i}-of-3" for i in range(3)],
     }
@@ -531,7 +531,7 @@ def test_matrix_command_json(farm: tuple[Path, list[LoadedRecipe]],
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["counts"]["shard"] == 20
-    assert document["link"]["include"][0]["shard_filter"] == "source"
+    assert document["link"]["include"][0]["shard_partition"] == "source"
     assert document["build"]["include"][0]["platform"] == "windows-amd64"
 
 

@@ -125,7 +125,7 @@ def test_kiln_lint_exits_5_and_names_the_finding(tmp_path: Path, kiln: Kiln) -> 
     recipe = tmp_path / "natten.toml"
     recipe.write_text(
         'name = "natten"\n[source]\npath = "natten"\n'
-        '[sharding]\ncount = 4\nfilter = "source"\nsource_globs = ["csrc/autogen/**/*.cu"]\n'
+        '[sharding]\ncount = 4\npartition = "source"\nsource_globs = ["csrc/autogen/**/*.cu"]\n'
     )
     result = kiln("lint", recipe, check=False)
     assert result.returncode == 5, result.stderr

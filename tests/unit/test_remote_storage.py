@@ -90,7 +90,7 @@ def test_sccache_s3_settings() -> None:
 
 
 @pytest.mark.parametrize("command", [["build", "r.toml"], ["shard", "r.toml", "--index", "0"],
-                                     ["link", "r.toml", "--shards", "s"]])
+                                     ["link", "r.toml", "--archives", "s"]])
 def test_remote_option_wants_urls(command: list[str]) -> None:
     from click.testing import CliRunner
 

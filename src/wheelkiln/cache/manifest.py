@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 
 MANIFEST_SCHEMA = 1
 
@@ -52,7 +52,10 @@ class ShardManifest(_Model):
     count: int = Field(ge=1)
     """N, the number of shards of this build."""
     label: str
-    mechanism: Literal["seat", "source"]
+    partition: Literal["seat", "source"] = Field(
+        validation_alias=AliasChoices("partition", "mechanism")
+    )
+    """How the shard dropped other shards' TUs; 'mechanism' in archives of earlier kiln."""
     toolchain: Toolchain
     stats: dict[str, int]
     """The shard's cache counters (before the link job zeroes them)."""

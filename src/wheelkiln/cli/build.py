@@ -22,8 +22,10 @@ from wheelkiln.cli.options import (
     json_option,
     namespace_option,
     out_dir_option,
+    partition_option,
     recipe_argument,
     remote_option,
+    renamed,
     smoke_option,
     summary_table,
     workdir_option,
@@ -54,11 +56,9 @@ def _cache_line(record: dict[str, Any]) -> str:
     type=click.IntRange(1, 256),
     help="Shard the compile N ways (locally, or on a fleet with --executor dask), then link.",
 )
-@click.option(
-    "--filter",
-    "mechanism",
-    type=click.Choice(["seat", "source"]),
-    help="With --shards: the partition mechanism (default: the recipe's).",
+@partition_option(
+    "With --shards: how shards drop each other's TUs, seat or source (default: the "
+    "recipe's sharding.partition)."
 )
 @workdir_option()
 @cache_dir_option()
@@ -116,7 +116,8 @@ def build(
     cache_name: str | None,
     out_dir: Path,
     shards: int | None,
-    mechanism: str | None,
+    partition: str | None,
+    former_filter: str | None,
     workdir: Path | None,
     cache_dir: Path | None,
     jobs: int | None,
@@ -142,6 +143,7 @@ def build(
     from wheelkiln.recipe.load import find_recipe
     from wheelkiln.settings import resolve_build_settings
 
+    partition, partition_given_as = renamed(partition, former_filter, "--partition", "--filter")
     _refuse_inapplicable(
         shards,
         {
@@ -150,7 +152,7 @@ def build(
             "--recache": recache,
             "--no-wheel-cache": no_wheel_cache,
         },
-        {"--filter": mechanism is not None, "--executor": _on_command_line("executor")},
+        {partition_given_as: partition is not None, "--executor": _on_command_line("executor")},
     )
     # $KILN_EXECUTOR and the fleet's variables are defaults for sharded builds; only the
     # options given on the command line are refused where they do not apply.
@@ -197,7 +199,7 @@ def build(
             options,
             shards,
             out_dir=out_dir,
-            mechanism=mechanism,
+            partition=partition,
             smoke=smoke,
             on_report=emit_json if as_json else None,
             executor="dask",
@@ -214,7 +216,7 @@ def build(
                 options,
                 shards,
                 out_dir=out_dir,
-                mechanism=mechanism,
+                partition=partition,
                 smoke=smoke,
                 on_report=emit_json if as_json else None,
             )

@@ -20,10 +20,12 @@ from rich.table import Table
 from rich.text import Text
 
 from wheelkiln import ui
+from wheelkiln.errors import UsageError
 
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 Decorator = Callable[[F], F]
 
 
@@ -217,6 +219,41 @@ def count_option(help_text: str, *, required: bool = False) -> Decorator[Any]:
 
 def smoke_option(help_text: str) -> Decorator[Any]:
     return click.option("--smoke", is_flag=True, help=help_text)
+
+
+def former_name(old: str, new: str, dest: str, **attrs: Any) -> Decorator[Any]:
+    """*old*, the former name of option *new*: hidden from --help, parsed into *dest*,
+    and one warning naming *new* when it is given. The command reconciles the two
+    values with :func:`renamed`."""
+
+    def warn(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        if value is not None:
+            ui.warn(f"{old} is deprecated; use {new} (it takes the same values).")
+        return value
+
+    return click.option(old, dest, hidden=True, callback=warn, **attrs)
+
+
+def renamed(new_value: T | None, old_value: T | None, new: str, old: str) -> tuple[T | None, str]:
+    """The value of option *new* given under either name, and the name it was given
+    under (so messages name what the user typed)."""
+    if old_value is None:
+        return new_value, new
+    if new_value is not None and new_value != old_value:
+        raise UsageError(
+            f"{new} {new_value} and {old} {old_value} disagree ({old} is the former name of {new}).",
+            hint=f"Give {new} only.",
+        )
+    return old_value, old
+
+
+def partition_option(help_text: str) -> Decorator[Any]:
+    """``--partition seat|source``, and its former name ``--filter``."""
+    choice = click.Choice(["seat", "source"])
+    return stack(
+        click.option("--partition", "partition", type=choice, help=help_text),
+        former_name("--filter", "--partition", "former_filter", type=choice),
+    )
 
 
 def job_options(command: F) -> F:

@@ -19,10 +19,13 @@ from wheelkiln.cli.options import (
     check_job_locations,
     count_option,
     emit_json,
+    former_name,
     job_options,
     json_option,
     out_dir_option,
+    partition_option,
     recipe_argument,
+    renamed,
     smoke_option,
     summary_table,
 )
@@ -36,11 +39,9 @@ from wheelkiln.errors import GateError
     "--index", "index", type=click.IntRange(0), required=True, help="This shard's 0-based index."
 )
 @count_option("N, the number of shards (default: the recipe's).")
-@click.option(
-    "--filter",
-    "mechanism",
-    type=click.Choice(["seat", "source"]),
-    help="Partition mechanism (default: the recipe's).",
+@partition_option(
+    "How the shard drops other shards' TUs: seat (the compiler wrapper stubs them) or "
+    "source (their sources are deleted first). Default: the recipe's sharding.partition."
 )
 @click.option(
     "--partition-map",
@@ -56,7 +57,8 @@ def shard(
     cell: str | None,
     index: int,
     count: int | None,
-    mechanism: str | None,
+    partition: str | None,
+    former_filter: str | None,
     partition_map: Path | None,
     out_dir: Path,
     cache_name: str | None,
@@ -93,7 +95,7 @@ def shard(
             total,
             out_dir,
             options,
-            mechanism=mechanism,
+            partition=renamed(partition, former_filter, "--partition", "--filter")[0],
             partition_map_path=partition_map.resolve() if partition_map else None,
         )
     if as_json:
@@ -102,7 +104,7 @@ def shard(
     actions = result.gate.actions
     rows = [
         ("cell", chosen.id),
-        ("shard", f"{label} ({result.mechanism})"),
+        ("shard", f"{label} ({result.partition})"),
         (
             "TUs",
             f"{actions.get('compile', 0)} compiled, {actions.get('stub', 0)} stubbed, "
@@ -126,12 +128,13 @@ def shard(
 @recipe_argument()
 @cell_option()
 @click.option(
-    "--shards",
-    "shards_dir",
+    "--archives",
+    "archives_dir",
+    metavar="DIR",
     type=click.Path(path_type=Path),
-    required=True,
-    help="Directory holding the shard archives (searched recursively).",
+    help="Directory holding the shard archives (searched recursively). Required.",
 )
+@former_name("--shards", "--archives", "former_shards", type=click.Path(path_type=Path))
 @count_option("N, when archives may be missing (default: from the archives).")
 @out_dir_option("dist", "the wheel and the link record")
 @job_options
@@ -144,7 +147,8 @@ def shard(
 def link(
     recipe_ref: str,
     cell: str | None,
-    shards_dir: Path,
+    archives_dir: Path | None,
+    former_shards: Path | None,
     count: int | None,
     out_dir: Path,
     cache_name: str | None,
@@ -173,8 +177,11 @@ def link(
     from wheelkiln.shard.ledger import describe_ledger
     from wheelkiln.shard.link import run_link
 
+    shards_dir, option = renamed(archives_dir, former_shards, "--archives", "--shards")
+    if shards_dir is None:
+        raise click.MissingParameter(param_hint="'--archives'", param_type="option")
     limits = ArchiveLimits.resolve(max_unpacked_size, max_members)
-    check_input_dir(shards_dir, "--shards")
+    check_input_dir(shards_dir, option)
     check_job_locations(out_dir, workdir)
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)

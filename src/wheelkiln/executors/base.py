@@ -38,8 +38,8 @@ class ShardedJob:
     """Where the link job's wheel and record go."""
     shards_dir: Path
     """Where the shard jobs' archives and records go, and the link job finds them."""
-    mechanism: str | None = None
-    """The partition mechanism (seat or source); None: the recipe's."""
+    partition: str | None = None
+    """How shards drop the TUs that are not theirs (seat or source); None: the recipe's."""
     smoke: bool = False
     """Run the recipe's smoke test on the linked wheel."""
     parallel: int | None = None

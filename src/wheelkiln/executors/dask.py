@@ -342,7 +342,7 @@ class Plan:
     cache: str
     namespace: str | None
     jobs: int | None
-    mechanism: str | None
+    partition: str | None
     smoke: bool
     remote: str | None = None
     """The remote cache storage given to the build (--remote or $KILN_REMOTE on the
@@ -442,8 +442,8 @@ def shard_task(plan: Plan, index: int) -> dict[str, Any]:
     attempt = plan.run_dir / "shards" / f"{index}-{uuid.uuid4().hex[:12]}"
     argv = _job_argv(plan, recipe, "shard")
     argv += ["--index", str(index), "--count", str(plan.count), "--out", str(attempt)]
-    if plan.mechanism:
-        argv += ["--filter", plan.mechanism]
+    if plan.partition:
+        argv += ["--partition", plan.partition]
     done = _run_job(plan, job, argv)
     result: dict[str, Any] = {
         "index": index,
@@ -494,7 +494,7 @@ def link_task(plan: Plan, archives: dict[int, tuple[str, str]]) -> dict[str, Any
         (inputs / archive.name).symlink_to(archive)
     out = plan.run_dir / "link"
     argv = _job_argv(plan, recipe, "link")
-    argv += ["--shards", str(inputs), "--count", str(plan.count), "--out", str(out)]
+    argv += ["--archives", str(inputs), "--count", str(plan.count), "--out", str(out)]
     if plan.smoke:
         argv.append("--smoke")
     done = _run_job(plan, job, argv)
@@ -770,7 +770,7 @@ class DaskExecutor:
                 cache=job.options.cache,
                 namespace=job.options.namespace,
                 jobs=job.options.jobs,
-                mechanism=job.mechanism,
+                partition=job.partition,
                 smoke=job.smoke,
                 remote=job.options.remote,
             )

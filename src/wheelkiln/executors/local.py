@@ -83,7 +83,7 @@ def _run_shard(job: ShardedJob, index: int, workdir: Path, jobs: int) -> run.Chi
         job.count,
         job.shards_dir,
         options,
-        mechanism=job.mechanism,
+        partition=job.partition,
     )
 
 

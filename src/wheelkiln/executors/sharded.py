@@ -36,7 +36,7 @@ def run_sharded(
     *,
     out_dir: Path,
     parallel: int | None = None,
-    mechanism: str | None = None,
+    partition: str | None = None,
     smoke: bool = False,
     on_report: Callable[[dict[str, Any]], None] | None = None,
     executor: str = DEFAULT_EXECUTOR,
@@ -56,7 +56,7 @@ def run_sharded(
         count=count,
         out_dir=out_dir,
         shards_dir=shards_directory(workdir, cell, count),
-        mechanism=mechanism,
+        partition=partition,
         smoke=smoke,
         parallel=parallel,
     )

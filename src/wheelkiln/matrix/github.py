@@ -259,7 +259,7 @@ def _link() -> dict[str, Any]:
     # --count: with every shard missing, the link job still knows N and names them all
     link = (
         f"mkdir -p {SHARDS_IN} && ls -l {SHARDS_IN}\n"
-        'kiln link "$MATRIX_RECIPE" --cell "$MATRIX_CELL" --shards '
+        'kiln link "$MATRIX_RECIPE" --cell "$MATRIX_CELL" --archives '
         f'{SHARDS_IN} --count "$MATRIX_SHARD_COUNT" --cache "$MATRIX_CACHE" --out {WHEEL_DIR}\n'
     )
     return _matrix_job(

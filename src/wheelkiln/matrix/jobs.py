@@ -88,7 +88,7 @@ class Job:
     """0-based; shard and link jobs only (link: None)."""
     shard_count: int | None = None
     """N; shard and link jobs only."""
-    shard_filter: str | None = None
+    shard_partition: str | None = None
     """'seat' or 'source'; shard and link jobs only."""
 
     @property
@@ -108,7 +108,7 @@ class PlannedCell:
     recipe_path: str
     shard_count: int
     """N > 1: sharded; 1: built whole."""
-    shard_filter: str | None
+    shard_partition: str | None
     cache: str
 
     @property
@@ -284,7 +284,7 @@ def _job(planned: PlannedCell, kind: JobKind, shard_index: int | None = None,
         needs=needs,
         shard_index=shard_index,
         shard_count=count,
-        shard_filter=planned.shard_filter,
+        shard_partition=planned.shard_partition,
     )
 
 
@@ -349,7 +349,7 @@ def expand_matrix(
             cell=cell,
             recipe_path=_relative(loaded.path, root),
             shard_count=count,
-            shard_filter=loaded.recipe.sharding.filter if count > 1 else None,
+            shard_partition=loaded.recipe.sharding.partition if count > 1 else None,
             cache=cache_for(loaded.recipe, cell),
         ))
     if cap is not None:

@@ -18,8 +18,8 @@
 
 Every entry has ``id name kind package recipe cell python cuda torch platform runs_on
 container cache`` (``container``: the CUDA lane's pinned toolkit image, or empty); shard
-entries add ``shard_index shard_count shard_filter archive artifact``; link entries add
-``shard_count shard_filter artifact_pattern wheel_artifact needs``; build entries add
+entries add ``shard_index shard_count shard_partition archive artifact``; link entries add
+``shard_count shard_partition artifact_pattern wheel_artifact needs``; build entries add
 ``wheel_artifact``.
 """
 
@@ -63,7 +63,7 @@ def job_entry(job: Job) -> dict[str, Any]:
         entry.update(
             shard_index=job.shard_index,
             shard_count=job.shard_count,
-            shard_filter=job.shard_filter,
+            shard_partition=job.shard_partition,
             archive=shard_archive(job.cell_id, job.shard_index, job.shard_count),
             artifact=shard_artifact(job.cell_id, job.shard_index, job.shard_count),
         )
@@ -71,7 +71,7 @@ def job_entry(job: Job) -> dict[str, Any]:
         assert job.shard_count is not None
         entry.update(
             shard_count=job.shard_count,
-            shard_filter=job.shard_filter,
+            shard_partition=job.shard_partition,
             artifact_pattern=shard_artifact_pattern(job.cell_id, job.shard_count),
             wheel_artifact=naming.wheel_artifact(job.cell_id),
             needs=list(job.needs),
@@ -117,7 +117,7 @@ def explain_tables(plan: MatrixPlan) -> list[Table]:
     cells.add_column("cache", no_wrap=True)
     for planned in plan.cells:
         if planned.sharded:
-            how = f"{planned.shard_count} shards ({planned.shard_filter}) + link"
+            how = f"{planned.shard_count} shards ({planned.shard_partition}) + link"
             jobs = planned.shard_count + 1
         else:
             how, jobs = "whole", 1

@@ -297,7 +297,7 @@ def lint_recipe(loaded: LoadedRecipe) -> LintReport:
         return LintReport(package, (), ())
     project = read_project(package)
     sharding = loaded.recipe.sharding
-    globs = sharding.source_globs if sharding.filter == "source" else ()
+    globs = sharding.source_globs if sharding.partition == "source" else ()
     findings = lint_project(project, globs, sharding.count)
     files = tuple(path.relative_to(package).as_posix() for path in project.files_read)
     return LintReport(package, files, tuple(findings))

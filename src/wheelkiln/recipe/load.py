@@ -272,17 +272,17 @@ def _consistency(recipe: Recipe, path: Path) -> list[str]:
                 f"{path}: key 'sharding.platforms': {platform!r} is not in matrix.platforms "
                 f"({', '.join(recipe.matrix.platforms)}). Add it to matrix.platforms or remove it."
             )
-    if sharding.filter == "source" and not sharding.source_globs:
+    if sharding.partition == "source" and not sharding.source_globs:
         problems.append(
-            f"{path}: key 'sharding.source_globs': filter = 'source' needs globs naming the "
+            f"{path}: key 'sharding.source_globs': partition = 'source' needs globs naming the "
             "generated sources to partition."
         )
-    if sharding.filter == "seat" and sharding.source_globs:
+    if sharding.partition == "seat" and sharding.source_globs:
         problems.append(
-            f"{path}: keys 'sharding.filter' and 'sharding.source_globs': with filter = 'seat' "
+            f"{path}: keys 'sharding.partition' and 'sharding.source_globs': with partition = 'seat' "
             "and source globs both partitions would act. Each shard would then compile about "
             "1/N² of the work and the union would miss most of the build, while still going "
-            "green. Choose one: remove source_globs, or set filter = 'source'."
+            "green. Choose one: remove source_globs, or set partition = 'source'."
         )
     if sharding.count > 1 and recipe.cache.backend == "none":
         problems.append(
@@ -301,7 +301,28 @@ def _consistency(recipe: Recipe, path: Path) -> list[str]:
     return problems + _confinement(recipe, path)
 
 
+def _renamed_keys(data: dict[str, Any], path: Path) -> None:
+    """Keys with a new name: the old one is still read, with a warning naming the file
+    and the new key; both at once is an error (which one would win is a guess)."""
+    sharding = data.get("sharding")
+    if not isinstance(sharding, dict) or "filter" not in sharding:
+        return
+    if "partition" in sharding:
+        raise RecipeError(
+            f"{path}: keys 'sharding.filter' and 'sharding.partition': 'filter' is the old "
+            "name of 'partition', so the recipe sets it twice.",
+            hint="Keep 'partition' and delete 'filter'.",
+        )
+    from wheelkiln import ui
+
+    ui.warn(
+        f"{path}: key 'sharding.filter' is deprecated; rename it to 'sharding.partition' "
+        "(same values: 'seat' or 'source')."
+    )
+
+
 def parse_recipe(data: dict[str, Any], path: Path) -> Recipe:
+    _renamed_keys(data, path)
     try:
         recipe = Recipe.model_validate(data)
     except RecursionError:

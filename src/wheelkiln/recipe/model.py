@@ -30,6 +30,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -321,14 +322,17 @@ class Sharding(_Model):
 
     count: int = Field(default=1, ge=1, le=MAX_SHARDS)
     """N, the number of shard jobs per sharded cell (1 = no sharding, at most 256)."""
-    filter: Literal["seat", "source"] = "seat"
-    """Partition mechanism: 'seat' (compiler wrapper) or 'source' (delete out-of-slice
-    sources before the build). Never both."""
+    partition: Literal["seat", "source"] = Field(
+        default="seat", validation_alias=AliasChoices("partition", "filter")
+    )
+    """How a shard drops the TUs that are not its own: 'seat' (the compiler wrapper
+    stubs them) or 'source' (out-of-slice sources are deleted before the build). Never
+    both. Formerly 'filter', still read with a deprecation warning."""
     platforms: tuple[Platform, ...] = _array()
     """Platforms that shard; others build whole. Empty: every matrix platform."""
     source_globs: tuple[InsidePath, ...] = _array()
     """Globs (relative to the package root, without '..') of the generated sources that
-    the source partition deletes out of slice. Required with filter = 'source'."""
+    the source partition deletes out of slice. Required with partition = 'source'."""
     partition_map: Line | None = None
     """A JSON file (relative to the recipe) mapping TU paths to shard indexes, overriding
     the hash for TUs whose cost is known. It must lie inside the recipe's project."""

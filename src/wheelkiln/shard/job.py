@@ -113,7 +113,7 @@ def _read_partition_map(path: Path, count: int) -> dict[str, int]:
 class ShardResult:
     index: int
     count: int
-    mechanism: str
+    partition: str
     outcome: BuildOutcome
     gate: ShardGateResult
     archive: Path | None
@@ -128,7 +128,7 @@ def run_shard(
     out_dir: Path,
     options: BuildOptions,
     *,
-    mechanism: str | None = None,
+    partition: str | None = None,
     partition_map_path: Path | None = None,
 ) -> ShardResult:
     """Build shard ``index`` of ``count`` (0-based) and pack its cache when it passes."""
@@ -138,11 +138,11 @@ def run_shard(
             f"--index {index} is outside 0..{count - 1} for --count {count}.",
             hint="Shard indexes are 0-based: the first of 4 shards is --index 0.",
         )
-    mechanism = mechanism or recipe.sharding.filter
-    if mechanism == "source" and not recipe.sharding.source_globs:
+    partition = partition or recipe.sharding.partition
+    if partition == "source" and not recipe.sharding.source_globs:
         raise UsageError(
             f"{loaded.path}: the source partition needs sharding.source_globs.",
-            hint="Add globs naming the generated sources, or use --filter seat.",
+            hint="Add globs naming the generated sources, or use --partition seat.",
         )
     workdir = resolve_workdir(options.workdir)
     suffix = shard_job_suffix(index, count)
@@ -160,7 +160,7 @@ def run_shard(
         run.run(
             ["cc", "-c", "-x", "c", "/dev/null", "-o", str(stub)], what="Making the stub object"
         )
-        if mechanism == "source":
+        if partition == "source":
             apply_source_partition(
                 tree_path, recipe.sharding.source_globs, index, count, partition_map
             )
@@ -170,13 +170,13 @@ def run_shard(
     # pass-through (no shard count), so the two partitions can never both act.
     seat = SeatConfig(
         shard_index=index,
-        shard_count=count if mechanism == "seat" else None,
+        shard_count=count if partition == "seat" else None,
         package_root=str(tree),
         log_path=str(wrapper_log),
         cache=cache.executable() if cache is not None else None,
         stub_object=str(stub),
         partition_map_path=(
-            str(partition_map_path) if mechanism == "seat" and partition_map_path else None
+            str(partition_map_path) if partition == "seat" and partition_map_path else None
         ),
         build_dir=str(job_dir / "build"),
     )
@@ -191,7 +191,7 @@ def run_shard(
     outcome = build_cell(loaded, cell, shard_options)
     records = read_wrapper_log(wrapper_log)
     objects = find_objects([job_dir / "build", tree])
-    expected = _slice_compiles(outcome, job_dir / "build", index, count, mechanism, partition_map)
+    expected = _slice_compiles(outcome, job_dir / "build", index, count, partition, partition_map)
     gate = shard_gate(outcome.exit_code, outcome.log_text, objects, records, expected)
     fingerprint = toolchain_fingerprint(loaded, cell, outcome.versions)
     stats = outcome.stats.as_dict() if outcome.stats is not None else {}
@@ -202,7 +202,7 @@ def run_shard(
         "index": index,
         "count": count,
         "label": shard_label(index, count),
-        "mechanism": mechanism,
+        "partition": partition,
         "toolchain": fingerprint,
         "stats": stats,
         "tus": sorted(
@@ -226,7 +226,7 @@ def run_shard(
             "shard": {
                 "index": index,
                 "count": count,
-                "mechanism": mechanism,
+                "partition": partition,
                 "gate": {
                     "passed": gate.passed,
                     "reasons": list(gate.reasons),
@@ -248,7 +248,7 @@ def run_shard(
     record_path = out_dir / shard_record(cell.id, index, count)
     write_job_trace(record_path, job_dir, outcome.tu_outcomes, record)
     record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    return ShardResult(index, count, mechanism, outcome, gate, archive, record)
+    return ShardResult(index, count, partition, outcome, gate, archive, record)
 
 
 def _slice_compiles(
@@ -256,7 +256,7 @@ def _slice_compiles(
     build_dir: Path,
     index: int,
     count: int,
-    mechanism: str,
+    partition: str,
     partition_map: dict[str, int] | None,
 ) -> list[ExpectedCompile] | None:
     """The compiles of this shard's slice that the build had to run, from its compile
@@ -279,6 +279,6 @@ def _slice_compiles(
                 if compile_.output is None
                 or os.path.relpath(compile_.output, os.path.realpath(build_dir)) in listed.output
             ]
-    if mechanism == "source":
+    if partition == "source":
         return database  # the tree holds only this slice's sources: all of them compile
     return [c for c in database if is_mine(c.tu, index, count, partition_map)]

@@ -167,7 +167,8 @@ def run_link(
     cache_dir.mkdir(parents=True)
     if not shards_dir.is_dir():
         raise UsageError(
-            f"--shards {shards_dir} is not a directory.", hint="Point it at the shard archives."
+            f"{shards_dir} is not a directory (the shard archives' folder).",
+            hint="Point it at the shard archives.",
         )
     limits = limits or ArchiveLimits.resolve()
     found_count, archives = _shard_archives(shards_dir, cell, expected_count)
