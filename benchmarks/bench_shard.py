@@ -97,13 +97,13 @@ def main() -> None:
                    "--no-wheel-cache", *common)
         shards = [kiln("shard", args.recipe, "--index", str(i), "--count", str(args.count),
                        "--out", scratch / "shards", *common) for i in range(args.count)]
-        link = kiln("link", args.recipe, "--shards", scratch / "shards", "--out", scratch / "linked", *common)
+        link = kiln("link", args.recipe, "--archives", scratch / "shards", "--out", scratch / "linked", *common)
         # The same again with TUs placed by the first round's compile times.
         kiln("shard-plan", scratch / "shards", "--count", str(args.count), "--out", scratch / "map.json")
         planned = [kiln("shard", args.recipe, "--index", str(i), "--count", str(args.count),
                         "--partition-map", scratch / "map.json", "--out", scratch / "planned", *common)
                    for i in range(args.count)]
-        planned_link = kiln("link", args.recipe, "--shards", scratch / "planned", "--out",
+        planned_link = kiln("link", args.recipe, "--archives", scratch / "planned", "--out",
                             scratch / "planned-linked", *common)
         cell = link["cell"]
         slowest = max(range(args.count), key=lambda i: shards[i]["wall_seconds"])
