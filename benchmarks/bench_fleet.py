@@ -6,7 +6,8 @@ N=4), measured in one run.
 
 It builds the recipe sharded twice: with the local executor, then on a Dask
 ``LocalCluster`` on 127.0.0.1 with W worker processes (``--nthreads 1``, resources
-``builder=1`` and ``cuda=1``), each with its own KILN_HOME whose build environments are
+``builder=1`` and ``cuda=1``, ``--preload wheelkiln.executors.dask`` unless
+``--no-preload``), each with its own KILN_HOME whose build environments are
 the ones this machine's KILN_HOME holds (so neither run pays for making one: build the
 recipe once before). Both runs give every shard ``--jobs J`` (default 1), so W workers
 and the local executor's W-at-a-time shards load the cores alike. Printed:
@@ -51,7 +52,7 @@ def kiln(*args: str | Path) -> dict[str, Any]:
     return record
 
 
-def start_cluster(root: Path, workers: int) -> Any:
+def start_cluster(root: Path, workers: int, preload: bool) -> Any:
     from distributed import Client, LocalCluster, Nanny
 
     cluster = LocalCluster(host="127.0.0.1", n_workers=0, processes=True, dashboard_address=":0")
@@ -68,6 +69,9 @@ def start_cluster(root: Path, workers: int) -> Any:
                 "nthreads": 1,
                 "memory_limit": 0,
                 "resources": {"builder": 1, "cuda": 1},
+                # As `dask worker --preload wheelkiln.executors.dask` does: the first task
+                # on a worker does not pay for importing kiln.
+                "preload": ["wheelkiln.executors.dask"] if preload else [],
                 "env": {"KILN_HOME": str(home / "home"), "KILN_STATE_HOME": str(home / "state")},
             },
         }
@@ -83,6 +87,9 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument(
+        "--no-preload", action="store_true", help="Workers import kiln at their first task."
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as scratch:
@@ -91,7 +98,7 @@ def main() -> None:
         local = kiln("build", args.recipe, *common, "--workdir", tmp / "local-work",
                      "--out", tmp / "local-dist")
         started = time.perf_counter()
-        cluster = start_cluster(tmp / "fleet", args.workers)
+        cluster = start_cluster(tmp / "fleet", args.workers, not args.no_preload)
         cluster_seconds = time.perf_counter() - started
         try:
             (tmp / "handoff").mkdir()
@@ -110,6 +117,7 @@ def main() -> None:
         "count": args.count,
         "workers": args.workers,
         "jobs": args.jobs,
+        "preload": not args.no_preload,
         "cores": os.cpu_count(),
         "local_critical_path_seconds": local["slowest_shard_plus_link_seconds"],
         "dask_critical_path_seconds": fleet["slowest_shard_plus_link_seconds"],
