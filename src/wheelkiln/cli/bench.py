@@ -24,6 +24,7 @@ from wheelkiln.cli.options import (
     emit_json,
     jobs_option,
     json_option,
+    report_busy,
     workdir_option,
 )
 
@@ -102,7 +103,6 @@ def bench_run(
     """
     from wheelkiln.bench.scenarios import BenchSettings, expand_scenarios, run_bench
     from wheelkiln.bench.store import default_store_path
-    from wheelkiln.builder_lock import describe
     from wheelkiln.errors import BuildError, GateError
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.output_paths import check_output_dir, check_output_file
@@ -124,15 +124,8 @@ def bench_run(
     chosen = select_cell(loaded.recipe, cell)
     result = run_bench(loaded, chosen, settings)
     if result.status == "busy":
-        # One unwrapped line: cron mails and logs get greppable text.
-        ui.console.print(
-            f"Not benchmarking {chosen.id}: another build holds the builder lock "
-            f"{result.lock_path}: {describe(result.holder)}. Nothing was run or recorded; "
-            "exiting 0 (one build per builder keeps timings honest; try again later).",
-            soft_wrap=True, markup=False, highlight=False,
-        )
-        if as_json:
-            emit_json({"status": "busy", "holder": result.holder, "lock": str(result.lock_path)})
+        report_busy(f"Not benchmarking {chosen.id}", result.lock_path, result.holder,
+                    "one build per builder keeps timings honest", as_json)
         return
     if result.records:
         ui.console.print(_run_table(chosen.id, result.records))

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from wheelkiln import ui
-from wheelkiln.cli.options import CONTEXT, emit_json
+from wheelkiln.cli.options import CONTEXT, emit_json, report_busy
 
 
 @click.group("fleet", context_settings=CONTEXT, no_args_is_help=True)
@@ -70,7 +70,6 @@ def fleet_run(
     exits 0, as kiln bench does. A failed build fails the command (exit 4) after the run
     folder is written.
     """
-    from wheelkiln.builder_lock import describe
     from wheelkiln.errors import BuildError
     from wheelkiln.fleet.executor import EngineSettings, make_executor
     from wheelkiln.fleet.folder import CONTENTION_NOTE, default_runs_dir
@@ -89,14 +88,8 @@ def fleet_run(
                              interval=interval, keep_caches=keep_caches, shards=shards)
     result = run_fleet(selected, settings, executor)
     if result.status == "busy":
-        ui.console.print(
-            f"Not starting a fleet run: another build holds the builder lock "
-            f"{result.lock_path}: {describe(result.holder)}. Nothing was run or recorded; "
-            "exiting 0 (one build per builder; try again later).",
-            soft_wrap=True, markup=False, highlight=False,
-        )
-        if as_json:
-            emit_json({"status": "busy", "holder": result.holder, "lock": str(result.lock_path)})
+        report_busy("Not starting a fleet run", result.lock_path, result.holder,
+                    "one build per builder", as_json)
         return
     assert result.folder is not None
     from wheelkiln.fleet.folder import read_run

@@ -33,6 +33,22 @@ def emit_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=True))
 
 
+def report_busy(
+    not_doing: str, lock_path: Path | None, holder: dict[str, Any] | None, why: str, as_json: bool
+) -> None:
+    """A run refused because another build holds the builder lock: one unwrapped line
+    (cron mails and logs get greppable text), exit 0, and the holder in JSON."""
+    from wheelkiln.builder_lock import describe
+
+    ui.console.print(
+        f"{not_doing}: another build holds the builder lock {lock_path}: {describe(holder)}. "
+        f"Nothing was run or recorded; exiting 0 ({why}; try again later).",
+        soft_wrap=True, markup=False, highlight=False,
+    )
+    if as_json:
+        emit_json({"status": "busy", "holder": holder, "lock": str(lock_path)})
+
+
 def summary_table(title: str, rows: list[tuple[str, str]]) -> Table:
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column("what", style="bold")
