@@ -196,6 +196,7 @@ def test_demo_kernels_on_two_workers_links_with_zero_misses_after_a_lost_worker(
     assert verdict["equivalent"], verdict
 
 
+@pytest.mark.slow  # opt-in: about 40 s; CI has the demo-kernels test's lost worker
 def test_shard_whose_worker_is_lost_twice_is_named_by_the_link_gate(
     kiln: Kiln, fleet: Fleet, tmp_path: Path
 ) -> None:
