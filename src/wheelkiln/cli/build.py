@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -187,29 +188,14 @@ def build(
         workdir=workdir,
         jobs=jobs,
     )
-    if executor == "dask":
+    if shards is not None:
+        from wheelkiln.executors.registry import DEFAULT_EXECUTOR
         from wheelkiln.executors.sharded import run_sharded
 
-        assert shards is not None  # --executor applies only with --shards
-        # No builder lock here: the fleet's workers build, each under its own lock and
+        dask = executor == "dask"
+        # No builder lock for the fleet: its workers build, each under its own lock and
         # its builder resource, and this machine may well be one of them.
-        run_sharded(
-            loaded,
-            chosen,
-            options,
-            shards,
-            out_dir=out_dir,
-            partition=partition,
-            smoke=smoke,
-            on_report=emit_json if as_json else None,
-            executor="dask",
-            executor_settings={key: value for key, value in fleet.items() if value is not None},
-        )
-        return
-    with builder_lock(lock_timeout):
-        if shards is not None:
-            from wheelkiln.executors.sharded import run_sharded
-
+        with contextlib.nullcontext() if dask else builder_lock(lock_timeout):
             run_sharded(
                 loaded,
                 chosen,
@@ -219,8 +205,13 @@ def build(
                 partition=partition,
                 smoke=smoke,
                 on_report=emit_json if as_json else None,
+                executor="dask" if dask else DEFAULT_EXECUTOR,
+                executor_settings={key: value for key, value in fleet.items() if value is not None}
+                if dask
+                else None,
             )
-            return
+        return
+    with builder_lock(lock_timeout):
         result = run_build(
             loaded,
             chosen,
@@ -235,8 +226,7 @@ def build(
             from wheelkiln.shard.trace import write_job_trace
 
             write_job_trace(
-                result.record_path, result.outcome.job_dir, result.outcome.tu_outcomes,
-                result.record,
+                result.record_path, result.outcome.job_dir, result.outcome.tu_outcomes, result.record
             )
     if as_json:
         emit_json(result.record)
