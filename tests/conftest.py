@@ -134,10 +134,11 @@ def shared_cold_build(
             record = Kiln(kiln_home, tmp / "state").json(
                 "build", tmp / f"{example}.toml", "--out", tmp / "out", "--workdir",
                 tmp / "work", "--cache-dir", tmp / "ccache", "--no-wheel-cache")
+            (tmp / "kiln-home").write_text(str(kiln_home))  # where its environment is
             done.write_text(json.dumps(record))
     return {"tree": tmp / example, "recipe": tmp / f"{example}.toml",
             "record": json.loads(done.read_text()), "cache": tmp / "ccache",
-            "work": tmp / "work"}
+            "work": tmp / "work", "home": Path((tmp / "kiln-home").read_text())}
 
 
 def copy_example(name: str, destination: Path) -> Path:

@@ -93,7 +93,10 @@ def test_cmake_nvcc_host_only_edit_is_not_a_stale_hit(
     kiln: Kiln, tmp_path: Path, installed, kernels_cold: dict[str, Any]
 ) -> None:
     # The session's cold build, continued in copies of its tree and cache: another
-    # directory, so the rebuild's hits also show that keys do not name the tree.
+    # directory, so the rebuild's hits also show that keys do not name the tree. In the
+    # cold build's KILN_HOME: under xdist that may be another worker's, and the build
+    # environment's path (pybind11's -isystem) is part of the host TUs' keys.
+    kiln = Kiln(kernels_cold["home"], tmp_path / "state")
     tree = tmp_path / "demo-kernels"
     shutil.copytree(kernels_cold["tree"], tree)
     shutil.copytree(kernels_cold["cache"], tmp_path / "ccache")

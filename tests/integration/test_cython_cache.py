@@ -80,6 +80,7 @@ def test_cold_build_transpiles_every_module_once(cython_cold: dict[str, Any]) ->
 def test_another_directory_hits_and_a_changed_pxd_misses(
     kiln: Kiln, tmp_path: Path, cython_cold: dict[str, Any]
 ) -> None:
+    kiln = Kiln(cython_cold["home"], tmp_path / "state")  # its environment's path is keyed
     tree, recipe = _copy(cython_cold, tmp_path)
     pxd = tree / "src" / "demo_cython" / "weights.pxd"  # cimported by _m7 only
     pxd.write_text(pxd.read_text().replace("return 5", "return 9"))
@@ -100,6 +101,7 @@ def test_another_directory_hits_and_a_changed_pxd_misses(
 
 @pytest.mark.slow  # one more build than the CI budget holds; the link job below is hot too
 def test_hot_build_is_all_hits(kiln: Kiln, tmp_path: Path, cython_cold: dict[str, Any]) -> None:
+    kiln = Kiln(cython_cold["home"], tmp_path / "state")  # its environment's path is keyed
     _, recipe = _copy(cython_cold, tmp_path)
     hot = _build(kiln, recipe, tmp_path)
     assert (hot["cython"]["hits"], hot["cython"]["misses"]) == (8, 0), hot["cython"]
