@@ -151,6 +151,7 @@ def fleet_build(kiln: Kiln, fleet: Fleet, recipe: Path, tmp_path: Path, count: i
 
 
 @pytest.mark.cuda
+@pytest.mark.slow  # opt-in: about 135 s of 2 cores, over what the 15-minute CI holds
 def test_demo_kernels_on_two_workers_links_with_zero_misses_after_a_lost_worker(
     kiln: Kiln, fleet: Fleet, kernels_cold: dict[str, Any], tmp_path: Path, installed
 ) -> None:
