@@ -37,7 +37,7 @@ class JobSetup:
     """How kiln sets up one job; never a user setting."""
 
     suffix: str = ""
-    """Appended to the cell id to name the job directory (``shard-1-of-4``, ``link``)."""
+    """Appended to the cell id to name the job directory (:func:`wheelkiln.cells.shard_job_suffix`, ``link``)."""
     seat_wrapper: bool = False
     """Put the seat wrapper in front of every compiler (shard jobs)."""
     extra_env: Mapping[str, str] = field(default_factory=dict)
