@@ -24,7 +24,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ import pytest
 
 from tests.conftest import Kiln, expected_checksum
 from tests.integration.test_link_verify import tiny_package, tiny_recipe
+from tests.processes import alive, wait_until
 
 pytestmark = pytest.mark.compile
 
@@ -287,22 +288,6 @@ SLEEPER_BACKEND = textwrap.dedent(
         raise SystemExit(1)
     '''
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
-def wait_until(condition: Callable[[], bool], what: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds:g} s: {what}")
-        time.sleep(0.05)
 
 
 @pytest.mark.slow  # opt-in: about 40 s; run.run's stop is tested in tests/unit

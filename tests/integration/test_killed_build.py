@@ -16,8 +16,9 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable
 from pathlib import Path
+
+from tests.processes import alive, wait_until
 
 BACKEND = textwrap.dedent(
     '''
@@ -69,22 +70,6 @@ BACKEND = textwrap.dedent(
         return name
     '''
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
-
-
-def wait_until(condition: Callable[[], bool], what: str, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds:g} s: {what}")
-        time.sleep(0.05)
 
 
 def test_kill_9_of_kiln_build_leaves_no_compile_beside_the_next_build(tmp_path: Path) -> None:
