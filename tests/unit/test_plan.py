@@ -190,3 +190,21 @@ def test_without_a_fixed_cost_or_a_family_the_recipes_n_is_kept() -> None:
     plan = make_plan(census, range(1, 9), jobs=2, sharded_cells=1, whole_cells=0, recipe_count=3)
     assert plan.recommended == 3
     assert plan.reason.startswith("the recipe's own N: the fixed cost of a job is unknown")
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        pytest.param(path.stem, marks=[pytest.mark.network] if "[source]\npypi" in path.read_text()
+                     or "sdist" in path.read_text() else [])
+        for path in sorted(RECIPES.glob("*.toml"))
+    ],
+)
+def test_kiln_plan_static_json_completes_on_every_bundled_recipe(kiln: Kiln, recipe: str) -> None:
+    data = json.loads(kiln("plan", RECIPES / f"{recipe}.toml", "--static", "--json").stdout)
+    assert data["candidates"] and all(c["count"] >= 1 for c in data["candidates"])
+    assert isinstance(data["recommended"], int) and data["recommended"] >= 1
+    assert data["census"]["how"] == "static scan"
+    # demo-cython's C TUs exist only once Cython has run: a static scan of its tree finds
+    # none (the census pass, which builds, does).
+    assert (len(data["census"]["tus"]) > 0) == (recipe != "demo-cython")
