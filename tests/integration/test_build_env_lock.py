@@ -7,6 +7,7 @@ requirement sets are small (setuptools, pip) so the wheels come from the local c
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -88,3 +89,66 @@ def test_pip_fallback_installs_the_same_lock_under_the_same_key(
     assert by_pip.path.name == lock_key(
         interpreter_identity(interpreter_for(PYTHON)), by_pip.frozen()
     )
+
+
+def wheel_of(directory: Path, name: str, version: str) -> Path:
+    """A pure wheel of *name* *version* whose module says its version."""
+    import base64
+    import hashlib
+    import zipfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    module = name.replace("-", "_")
+    info = f"{module}-{version}.dist-info"
+    files = {
+        f"{module}.py": f"VERSION = {version!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: kiln-test\nRoot-Is-Purelib: true\n"
+        "Tag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,", ""])
+    wheel = directory / f"{module}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, text in files.items():
+            archive.writestr(path, text)
+    return wheel
+
+
+@pytest.mark.skipif(find_uv() is None, reason="uv is not installed")
+def test_uv_environments_come_from_pips_links_under_pips_constraints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A farm's pip.conf (a wheel directory, no index, a cap) reaches uv's environments:
+    the package exists only in that directory, and the cap chooses its version."""
+    links = tmp_path / "wheels"
+    for version in ("1.0", "2.0"):
+        wheel_of(links, "kiln-pinned", version)
+    caps = tmp_path / "caps.txt"
+    caps.write_text("kiln-pinned<2\n")
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\nno-index = true\nfind-links = {links}\nconstraint = {caps}\n")
+    # The backend is in the tree, so nothing but the wheel directory is needed.
+    tree = tmp_path / "tree"
+    (tree / "backend").mkdir(parents=True)
+    (tree / "backend" / "inert.py").write_text(
+        "def get_requires_for_build_wheel(config_settings=None):\n    return []\n"
+    )
+    (tree / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["kiln-pinned"]\nbuild-backend = "inert"\n'
+        'backend-path = ["backend"]\n'
+    )
+    for name in [name for name in os.environ if name.startswith(("PIP_", "UV_"))]:
+        monkeypatch.delenv(name)  # PIP_FIND_LINKS would win over the file, as in pip
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "no-system-config"))
+    envs = tmp_path / "envs"
+    capped = ensure_environment(tree, PYTHON, [], envs)
+    assert capped.frozen() == "kiln-pinned==1.0\n"
+    assert installed(capped) == "kiln-pinned==1.0\n"
+
+    caps.write_text("kiln-pinned<3\n")  # another cap: resolved again, not the memo's lock
+    assert ensure_environment(tree, PYTHON, [], envs).frozen() == "kiln-pinned==2.0\n"

@@ -47,6 +47,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from wheelkiln import run
+from wheelkiln.builder.pip_config import (
+    fingerprint as index_fingerprint,
+)
+from wheelkiln.builder.pip_config import (
+    read_pip_settings,
+    uv_environment,
+    uv_install_arguments,
+)
 from wheelkiln.errors import BuildError, RecipeError, ToolNotFoundError, UsageError
 
 DEFAULT_BACKEND = "setuptools.build_meta:__legacy__"
@@ -175,6 +183,11 @@ class Installer:
 
     name: Literal["uv", "pip"]
     uv: str | None = None
+    index_args: tuple[str, ...] = ()
+    """uv's options for pip's indexes, links and constraints (:mod:`.pip_config`)."""
+    index_env: tuple[tuple[str, str], ...] = ()
+    index_key: str = ""
+    """What those options resolve with: the options and the constraints' contents."""
 
     def describe(self) -> str:
         if self.uv is None:
@@ -202,7 +215,16 @@ def choose_installer(environ: Mapping[str, str] | None = None) -> Installer:
                 hint="Install wheelkiln with pip (it depends on uv), or unset KILN_INSTALLER.",
             )
         return Installer("pip")
-    return Installer("uv", uv)
+    env = environ if environ is not None else os.environ
+    settings = read_pip_settings(env)
+    args = uv_install_arguments(settings, env)
+    return Installer(
+        "uv",
+        uv,
+        index_args=tuple(args),
+        index_env=tuple(sorted(uv_environment(settings, env).items())),
+        index_key=index_fingerprint(args, settings) if args else "",
+    )
 
 
 def normalize_lock(lines: Sequence[str]) -> str:
@@ -220,9 +242,10 @@ def normalize_lock(lines: Sequence[str]) -> str:
     return "".join(f"{line}\n" for line in sorted(kept))
 
 
-def _uv_env(env: Mapping[str, str]) -> dict[str, str]:
+def _uv_env(env: Mapping[str, str], installer: Installer) -> dict[str, str]:
     # uv reads VIRTUAL_ENV/CONDA_PREFIX to pick a target: every call names --python instead.
     clean = {k: v for k, v in env.items() if k not in ("VIRTUAL_ENV", "CONDA_PREFIX")}
+    clean.update(installer.index_env)
     clean.setdefault("UV_NO_PROGRESS", "1")
     # pip trusts the platform's certificate store (truststore); uv by default only its
     # bundled roots, so behind a TLS-inspecting proxy pip installs and uv cannot. Same
@@ -279,7 +302,7 @@ def _install(
     lock_file = final / "kiln-lock.txt"
     python = final / "bin" / "python"
     if installer.uv is not None:
-        uv_env = _uv_env(env)
+        uv_env = _uv_env(env, installer)
         run.run(
             [installer.uv, "venv", "--quiet", "--python", interpreter, str(final)],
             cwd=final.parent, env=uv_env, what="Creating a build env (uv)",
@@ -288,7 +311,7 @@ def _install(
         if lock:
             run.run(
                 [installer.uv, "pip", "install", "--quiet", "--python", str(python),
-                 "--no-deps", "-r", str(lock_file)],
+                 *installer.index_args, "--no-deps", "-r", str(lock_file)],
                 cwd=final.parent, env=uv_env, what="Installing build requirements (uv)",
             )  # fmt: skip
         return
@@ -366,8 +389,8 @@ def _request_key(
     installer: Installer,
 ) -> str:
     """What a lock is resolved from: the interpreter, the requested set (sorted, so its
-    order does not matter), the files the backend's hook reads and the installer (uv and
-    pip can resolve differently, e.g. pip reads pip.conf's constraints)."""
+    order does not matter), the files the backend's hook reads, the installer (uv and
+    pip can resolve differently) and pip's indexes and constraints as uv is given them."""
     config = hashlib.sha256()
     for name in BUILD_CONFIG_FILES:
         path = tree / name
@@ -380,6 +403,7 @@ def _request_key(
             "config": config.hexdigest(),
             "config_settings": dict(sorted(config_settings.items())),
             "installer": installer.name,
+            "indexes": installer.index_key,
         },
         sort_keys=True,
     )
@@ -470,7 +494,7 @@ def _adopt(
 
 
 def _stage_with_uv(
-    uv: str,
+    installer: Installer,
     interpreter: str,
     requested: Sequence[str],
     staging: Path,
@@ -485,7 +509,9 @@ def _stage_with_uv(
     ``uv venv`` plus ``uv pip install`` cost, where resolving first and installing the
     lock after asked the index twice.
     """
-    uv_env = _uv_env(env)
+    assert installer.uv is not None
+    uv = installer.uv
+    uv_env = _uv_env(env, installer)
     python = staging / "bin" / "python"
     shutil.rmtree(staging, ignore_errors=True)
     run.run(
@@ -498,7 +524,8 @@ def _stage_with_uv(
         wanted.write_text("".join(f"{req}\n" for req in requirements))
         if requirements:
             run.run(
-                [uv, "pip", "install", "--quiet", "--python", str(python), "-r", str(wanted)],
+                [uv, "pip", "install", "--quiet", "--python", str(python),
+                 *installer.index_args, "-r", str(wanted)],
                 cwd=staging.parent, env=uv_env, what="Installing build requirements (uv)",
             )  # fmt: skip
         wanted.unlink()
@@ -590,9 +617,9 @@ def ensure_environment(
     requested = (*system.requires, *extra_requires)
     interpreter = interpreter_for(python_version)
     identity = interpreter_identity(interpreter)
-    installer = choose_installer()
-    settings = dict(config_settings or {})
     env = _clean_env(base_env)
+    installer = choose_installer(env)
+    settings = dict(config_settings or {})
     resolved_dir = envs_root / "resolved"
     resolved_dir.mkdir(parents=True, exist_ok=True)
     request = _request_key(identity, requested, tree, settings, installer)
@@ -614,7 +641,7 @@ def ensure_environment(
             staging = envs_root / f".staging-{request}"
             try:
                 lock, dynamic = _stage_with_uv(
-                    installer.uv, interpreter, requested, staging, hook, env
+                    installer, interpreter, requested, staging, hook, env
                 )
                 final = _adopt(
                     staging, installer, interpreter, identity, lock, envs_root, requested
