@@ -136,24 +136,27 @@ def tokenize(text: str, file: Path) -> list[Command]:
     commands: list[Command] = []
     position, line, length = 0, 1, len(text)
 
-    def skip_comment(at: int) -> int:
+    def skip_blank(at: int) -> int:
+        """Past whitespace and comments from *at*, counting the lines passed."""
         nonlocal line
-        if text.startswith("#[", at) and (bracket := _bracket_end(text, at + 1)) is not None:
-            line += text.count("\n", at, bracket[1])
-            return bracket[1]
-        end = text.find("\n", at)
-        return length if end < 0 else end
+        while at < length:
+            char = text[at]
+            if char == "#":
+                bracket = _bracket_end(text, at + 1) if text.startswith("#[", at) else None
+                end = bracket[1] if bracket is not None else text.find("\n", at)
+                end = length if end < 0 else end
+                line += text.count("\n", at, end)
+                at = end
+            elif char.isspace():
+                line += char == "\n"
+                at += 1
+            else:
+                break
+        return at
 
-    while position < length:
+    while (position := skip_blank(position)) < length:
         char = text[position]
-        if char == "\n":
-            line += 1
-            position += 1
-        elif char.isspace():
-            position += 1
-        elif char == "#":
-            position = skip_comment(position)
-        elif (name := _IDENTIFIER.match(text, position)) is not None:
+        if (name := _IDENTIFIER.match(text, position)) is not None:
             start_line = line
             position = name.end()
             while position < length and text[position] in " \t":
@@ -168,20 +171,13 @@ def tokenize(text: str, file: Path) -> list[Command]:
             arguments: list[Argument] = []
             depth = 0
             while True:
-                if position >= length:
+                if (position := skip_blank(position)) >= length:
                     raise UsageError(
                         f"{file}:{start_line}: '{name.group()}(' is never closed.",
                         hint="Check the file with cmake.",
                     )
                 char = text[position]
-                if char == "\n":
-                    line += 1
-                    position += 1
-                elif char.isspace():
-                    position += 1
-                elif char == "#":
-                    position = skip_comment(position)
-                elif char == "(":
+                if char == "(":
                     depth += 1
                     arguments.append(Argument("(", quoted=False))
                     position += 1
