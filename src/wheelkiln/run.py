@@ -35,6 +35,7 @@ import resource
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -543,6 +544,31 @@ class ChildCall(Generic[T]):
         return self.completed.returncode == 0 and self.error is None
 
 
+_CALL_PREFIX = "kiln-call-"
+
+
+def _call_owner() -> str:
+    """This process, as call directories name it: host and process id (``/tmp`` can be
+    shared by containers whose process ids overlap, not by their host names)."""
+    return f"{socket.gethostname()}.{os.getpid()}"
+
+
+def _sweep_abandoned_calls() -> None:
+    """Remove this user's call directories whose kiln process is gone from this host: a
+    kiln killed with SIGKILL cannot remove its own."""
+    host = socket.gethostname()
+    for scratch in Path(tempfile.gettempdir()).glob(f"{_CALL_PREFIX}{host}.*-*"):
+        pid = scratch.name[len(f"{_CALL_PREFIX}{host}.") :].split("-", 1)[0]
+        try:
+            if not pid.isdigit() or scratch.lstat().st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(scratch, ignore_errors=True)
+        except OSError:
+            continue  # alive under another user, or gone meanwhile
+
+
 def call_in_child(
     label: Sequence[str], function: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
 ) -> ChildCall[T]:
@@ -557,7 +583,8 @@ def call_in_child(
     ``label`` follows the call on the child's command line, for people reading ``ps``
     (``shard --index 1 --count 4``); the child does not read it.
     """
-    with tempfile.TemporaryDirectory(prefix="kiln-call-") as scratch:
+    _sweep_abandoned_calls()
+    with tempfile.TemporaryDirectory(prefix=f"{_CALL_PREFIX}{_call_owner()}-") as scratch:
         request, answer = Path(scratch) / "call.pickle", Path(scratch) / "answer.pickle"
         request.write_bytes(pickle.dumps((function, args, kwargs)))
         argv = [sys.executable, "-m", "wheelkiln.worker", str(request), str(answer), *label]
