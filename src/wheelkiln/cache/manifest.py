@@ -21,8 +21,9 @@ class _Model(BaseModel):
     )
 
 
-class Toolchain(_Model):
-    """What must be equal between shards and their link job for cache entries to match."""
+class ToolchainFingerprint(_Model):
+    """A manifest's record of the toolchain (:class:`wheelkiln.builder.toolchain.Toolchain`):
+    what must be equal between shards and their link job for cache entries to match."""
 
     compilers: dict[str, str]
     """Compiler versions by name (``gcc``, ``nvcc``)."""
@@ -56,7 +57,7 @@ class ShardManifest(_Model):
         validation_alias=AliasChoices("partition", "mechanism")
     )
     """How the shard dropped other shards' TUs; 'mechanism' in archives of earlier kiln."""
-    toolchain: Toolchain
+    toolchain: ToolchainFingerprint
     stats: dict[str, int]
     """The shard's cache counters (before the link job zeroes them)."""
     tus: list[str]
