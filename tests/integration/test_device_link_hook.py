@@ -62,3 +62,33 @@ def test_rule_defined_after_project_is_wrapped_at_the_end_of_the_directory(tmp_p
         "cmake_language(DEFER CALL show)\n",
     )
     assert lines == [f"{_seat(tmp_path)} {RULE}"]
+
+
+def test_a_project_include_the_build_was_given_still_runs(tmp_path: Path) -> None:
+    """A recipe's ``CMAKE_ARGS=-DCMAKE_PROJECT_INCLUDE=...`` would lose to the hook's
+    (the last -D wins): the hook includes it instead, once per project(), before its own
+    work, and the rest of the build's arguments stay as they were."""
+    from wheelkiln.builder.toolchain import merge_cmake_args
+
+    users = tmp_path / "user include.cmake"
+    users.write_text('message("user=${PROJECT_NAME}")\n')
+    env = toolchain_environment(Launch(None, seat_wrapper=True), "cmake", tmp_path / "kiln-bin")
+    merged = merge_cmake_args(
+        f"-DFOO=1 -D CMAKE_PROJECT_INCLUDE:FILEPATH='{users}' -D BAR=2", env["CMAKE_ARGS"]
+    )
+    assert shlex.split(merged)[:4] == [
+        "-DFOO=1", f"-DKILN_USER_PROJECT_INCLUDE={users}", "-D", "BAR=2"
+    ]
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.21)\nproject(first LANGUAGES NONE)\n"
+        f'set(CMAKE_CUDA_DEVICE_LINK_LIBRARY "{RULE}")\nproject(second LANGUAGES NONE)\n'
+        'message("rule=${CMAKE_CUDA_DEVICE_LINK_LIBRARY} foo=${FOO} bar=${BAR}")\n'
+    )
+    result = subprocess.run(
+        ["cmake", *shlex.split(merged), "-S", tmp_path / "project", "-B", tmp_path / "build"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    lines = [line for line in result.stderr.splitlines() if line.startswith(("user=", "rule="))]
+    assert lines == ["user=first", "user=second", f"rule={_seat(tmp_path)} {RULE} foo=1 bar=2"]
+    assert merge_cmake_args("", env["CMAKE_ARGS"]) == env["CMAKE_ARGS"]

@@ -33,6 +33,7 @@ from wheelkiln.builder.toolchain import (
     Launch,
     Toolchain,
     cython_fronts,
+    merge_cmake_args,
     probe_toolchain,
     toolchain_environment,
 )
@@ -192,7 +193,7 @@ def build_cell(
     )
     prepend = tool_env.pop("KILN_PATH_PREPEND", None)
     if "CMAKE_ARGS" in tool_env and env.get("CMAKE_ARGS"):  # the user's or recipe's go first
-        tool_env["CMAKE_ARGS"] = f"{env['CMAKE_ARGS']} {tool_env['CMAKE_ARGS']}"
+        tool_env["CMAKE_ARGS"] = merge_cmake_args(env["CMAKE_ARGS"], tool_env["CMAKE_ARGS"])
     env.update(tool_env)
     if recipe.build.linker != "default":
         cmake = cmake_version(environment.path, env) if system.kind == "cmake" else None

@@ -19,6 +19,7 @@ compiler the package's build system calls.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -358,6 +359,11 @@ DEVICE_LINK_HOOK = """\
 # front of its rule here, and tolerates the device link of stubbed objects as it does
 # the host link. Deferred to the end of the directory as well, for projects that
 # enable CUDA after project().
+# A project include the build was given itself runs first, as it would have: kiln's
+# took its place on the command line and passed it on (see merge_cmake_args).
+if(DEFINED KILN_USER_PROJECT_INCLUDE)
+  include("${{KILN_USER_PROJECT_INCLUDE}}")
+endif()
 function(_kiln_seat_device_link)
   foreach(rule CMAKE_CUDA_DEVICE_LINK_LIBRARY CMAKE_CUDA_DEVICE_LINK_EXECUTABLE)
     if(DEFINED ${{rule}} AND NOT "${{${{rule}}}}" MATCHES "kiln-seat")
@@ -378,6 +384,28 @@ def device_link_hook(bin_dir: Path, seat: Path) -> str:
     hook = bin_dir / "kiln-device-link.cmake"
     hook.write_text(DEVICE_LINK_HOOK.format(seat=seat.as_posix()))
     return shlex.join([f"-DCMAKE_PROJECT_INCLUDE={hook.as_posix()}"])
+
+
+_PROJECT_INCLUDE = re.compile(r"-DCMAKE_PROJECT_INCLUDE(?::[A-Za-z]+)?=(.*)", re.DOTALL)
+
+
+def merge_cmake_args(users: str, kilns: str) -> str:
+    """``CMAKE_ARGS`` of the build (the recipe's, the caller's) followed by kiln's. A
+    ``-DCMAKE_PROJECT_INCLUDE=FILE`` of the build's would lose to the device-link hook's
+    (the last ``-D`` wins), so it is passed as ``KILN_USER_PROJECT_INCLUDE``, which the
+    hook includes."""
+    words = shlex.split(users)
+    merged: list[str] = []
+    index = 0
+    while index < len(words):
+        taken = 2 if words[index] == "-D" and index + 1 < len(words) else 1  # "-D NAME=V"
+        found = _PROJECT_INCLUDE.fullmatch("-D" + words[index + 1] if taken == 2 else words[index])
+        if found:
+            merged.append(f"-DKILN_USER_PROJECT_INCLUDE={found.group(1)}")
+        else:
+            merged += words[index : index + taken]
+        index += taken
+    return " ".join(part for part in (shlex.join(merged), kilns) if part)
 
 
 def _cuda_home_shim(real_home: Path, shim_home: Path, nvcc_shim: Path) -> Path:
