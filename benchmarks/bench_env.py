@@ -33,6 +33,7 @@ from typing import Any
 
 from wheelkiln.builder import environment
 from wheelkiln.builder.environment import (
+    choose_installer,
     ensure_environment,
     find_uv,
     interpreter_for,
@@ -67,9 +68,12 @@ def with_pip(requirements: list[str], target: Path, env: dict[str, str]) -> None
 
 
 def with_uv(uv: str, requirements: list[str], target: Path, env: dict[str, str]) -> None:
+    # The indexes, links and constraints pip reads (pip.conf), as kiln hands them to uv,
+    # so that plain uv resolves from the same places as pip and kiln.
+    indexes = choose_installer(env).index_args
     call([uv, "venv", "--quiet", "--python", interpreter_for(PYTHON), str(target)], env)
     call([uv, "pip", "install", "--quiet", "--python", str(target / "bin" / "python"),
-          *requirements], env)  # fmt: skip
+          *indexes, *requirements], env)  # fmt: skip
 
 
 def with_kiln(backend: str, requirements: list[str], scratch: Path, env: dict[str, str]) -> None:
