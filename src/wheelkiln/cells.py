@@ -80,6 +80,13 @@ def shard_record(cell_id: str, index: int, count: int) -> str:
     return shard_stem(cell_id, index, count) + ".shard.json"
 
 
+def shard_handoff(cell_id: str, index: int, count: int) -> str:
+    """What a shard that hands over through remote storage writes instead of its archive
+    (its manifest and wrapper log): ``<cell>-shard-<i>-of-<N>.handoff.json``."""
+    return shard_stem(cell_id, index, count) + HANDOFF_SUFFIX
+
+
+HANDOFF_SUFFIX = ".handoff.json"
 SHARD_ARCHIVE_FORM = "CELL-shard-I-of-N.tar.gz"
 """How an archive's name reads, for messages."""
 SHARD_ARCHIVE_GLOB = "*-shard-*-of-*.tar.gz"
@@ -93,6 +100,13 @@ def parse_shard_archive(name: str) -> tuple[str, int, int] | None:
     if match is None:
         return None
     return match["cell"], int(match["index"]), int(match["count"])
+
+
+def parse_shard_handoff(name: str) -> tuple[str, int, int] | None:
+    """``(cell id, index, count)`` from a handoff file's name; None when it is not one."""
+    if not name.endswith(HANDOFF_SUFFIX):
+        return None
+    return parse_shard_archive(name.removesuffix(HANDOFF_SUFFIX) + ".tar.gz")
 
 
 def shard_artifact(cell_id: str, index: int, count: int) -> str:

@@ -24,6 +24,7 @@ import sys
 import textwrap
 import threading
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ import pytest
 from tests.conftest import Kiln, expected_checksum
 from tests.integration.test_link_verify import tiny_package, tiny_recipe
 from tests.processes import alive, wait_until
+from tests.servers import Redis
 
 pytestmark = pytest.mark.compile
 
@@ -144,11 +146,66 @@ def kill_during(fleet: Fleet, job: str, times: int, after: float) -> threading.T
     return thread
 
 
+def answer_of(wheel: Path, where: Path) -> str:
+    """kiln_tiny.answer() from the wheel, unpacked (the cell's Python is this one)."""
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(where)
+    return subprocess.run(
+        [sys.executable, "-c", "import kiln_tiny; print(kiln_tiny.answer())"],
+        capture_output=True, text=True, check=True, cwd=where,
+    ).stdout.strip()
+
+
 def fleet_build(kiln: Kiln, fleet: Fleet, recipe: Path, tmp_path: Path, count: int,
                 **kwargs: Any) -> Any:
     return kiln("build", recipe, "--shards", str(count), "--executor", "dask", "--scheduler",
                 fleet.address, "--handoff", tmp_path / "handoff", "--out", tmp_path / "dist",
                 "--json", **kwargs)
+
+
+def test_tiny_package_hands_over_through_redis_with_no_shared_directory(
+    kiln: Kiln, fleet: Fleet, redis_server: Redis, tmp_path: Path
+) -> None:
+    """The remote handoff: no --handoff directory at all. The shards store their entries
+    on a live Valkey under the run's own namespace, their manifests come back as task
+    results, the link job on a worker reads every entry from the server, and the wheel
+    comes back to --out."""
+    fleet.ready()
+    tree = tiny_package(tmp_path)
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    before = redis_server.keys()
+    result = kiln("build", recipe, "--shards", "2", "--executor", "dask", "--scheduler",
+                  fleet.address, "--remote", redis_server.url, "--out", tmp_path / "dist",
+                  "--json")
+    report = json.loads(result.stdout)
+    assert report["gate"] == {"passed": True, "problems": []}
+    link = report["link"]
+    # Three TUs, each compiled by one shard and stored on the server; the link job, whose
+    # local cache held nothing, found all three there and stored nothing locally.
+    assert (link["cache"]["hits"], link["cache"]["misses"], link["cache"]["total"]) == (3, 0, 3)
+    assert link["link"]["remote_hits"] == 3
+    assert link["link"]["shards_through_remote"] == [0, 1]
+    handoffs = [shard["handoff"] for shard in report["shards"]]
+    namespace = handoffs[0]["namespace"]
+    assert namespace.startswith("kiln-") and len(namespace) > len("kiln-")
+    for index, handoff in enumerate(handoffs):
+        assert handoff["via"] == "remote" and "given" not in handoff
+        assert (handoff["storage"], handoff["namespace"]) == (redis_server.url, namespace)
+        manifest = handoff["manifest"]
+        assert (manifest["index"], manifest["count"], manifest["cell"]) == (index, 2, TINY_CELL)
+    tus = sorted(tu for handoff in handoffs for tu in handoff["manifest"]["tus"])
+    assert tus == ["csrc/b.c", "csrc/c.c", "csrc/module.c"]
+    assert sum(s["cache"]["stores"] for s in report["shards"]) == 3
+    assert len(redis_server.keys() - before) >= 3  # at least one entry per TU
+    assert f"handoff through {redis_server.url} under namespace {namespace}" in result.stderr
+    # The wheel came back with the link task's result; nothing was left on the workers
+    # but their work trees and the unpacked bundle.
+    wheel = Path(link["wheel"]["path"])
+    assert wheel.parent == tmp_path / "dist"
+    assert answer_of(wheel, tmp_path / "unpacked") == "42"
+    for home in fleet.homes:
+        assert not list((home / "home" / "fleet").glob("runs/*"))
+        assert not list((home / "home" / "fleet").glob("link-inputs/*"))
 
 
 @pytest.mark.cuda

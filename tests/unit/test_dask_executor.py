@@ -198,3 +198,55 @@ def test_a_stopped_command_ends_with_its_whole_group(tmp_path: Path) -> None:
     assert not Path(f"/proc/{compile_pid}").exists() or Path(
         f"/proc/{compile_pid}/stat"
     ).read_text().rpartition(")")[2].split()[0] in ("Z", "X")
+
+
+def test_without_a_handoff_directory_the_settings_leave_it_to_the_remote() -> None:
+    fleet = DaskExecutor.from_settings({"scheduler": "tcp://h:8786"}).fleet
+    assert (fleet.scheduler, fleet.handoff) == ("tcp://h:8786", None)
+
+
+def test_neither_handoff_nor_remote_is_an_error_naming_both_before_connecting(
+    tmp_path: Path,
+) -> None:
+    from wheelkiln.executors.base import ShardedJob
+    from wheelkiln.settings import resolve_build_settings
+
+    loaded = load_recipe(_project(tmp_path))
+    job = ShardedJob(loaded, CPU_CELL, resolve_build_settings(loaded), 2, tmp_path / "dist",
+                     tmp_path / "shards")
+    # Nothing listens on port 1: an attempt to connect would be a FleetError instead.
+    executor = DaskExecutor.from_settings({"scheduler": "tcp://127.0.0.1:1"})
+    with pytest.raises(UsageError) as caught:
+        executor.run(job)
+    assert caught.value.message == (
+        "--executor dask needs a way to hand the shards' caches to the link job: --remote URL "
+        "(remote cache storage every worker reaches; also $KILN_REMOTE or the recipe's "
+        "cache.remote) or --handoff DIR (a directory every worker sees at the same path; also "
+        "$KILN_HANDOFF or the recipe's fleet.handoff)."
+    )
+
+
+def test_a_run_namespace_keeps_the_builds_and_fits_the_namespace_rule() -> None:
+    from wheelkiln.cli.options import check_namespace
+    from wheelkiln.executors.dask import run_namespace
+
+    run_id = "20261201T180000-0123abcd"
+    assert run_namespace(None, run_id) == f"kiln-{run_id}"
+    assert run_namespace("nightly", run_id) == f"nightly-{run_id}"
+    long = run_namespace("n" * 100, run_id)
+    assert len(long) == 100 and long.endswith(run_id)
+    assert check_namespace(long) == long
+
+
+def test_a_bundle_sent_by_dask_is_checked_by_digest_before_unpacking(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bundle = pack_bundle(load_recipe(_project(tmp_path / "client")), tmp_path / "scratch")
+    blob = bundle.path.read_bytes()
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "worker"))
+    with pytest.raises(FleetError) as caught:
+        materialize(blob[:-1] + bytes([blob[-1] ^ 1]), bundle.sha256)
+    assert caught.value.message.startswith(
+        f"The source bundle bundle {bundle.sha256[:16]}… (sent by Dask) has sha256 ")
+    unpacked = materialize(blob, bundle.sha256)
+    assert load_recipe(unpacked).recipe.name == "pkg"

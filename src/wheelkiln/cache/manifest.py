@@ -40,6 +40,15 @@ class ShardGate(_Model):
     reasons: list[str]
 
 
+class RemoteStore(_Model):
+    """Where a shard that handed over through remote storage put its entries."""
+
+    storage: str
+    """The storage URL as shown (a password in it never is)."""
+    namespace: str | None
+    """The cache namespace of its entries; the link job must read the same one."""
+
+
 class ShardManifest(_Model):
     """``manifest.json`` at the top of a shard archive."""
 
@@ -64,6 +73,9 @@ class ShardManifest(_Model):
     """TU keys this shard compiled."""
     created: str
     gate: ShardGate
+    remote: RemoteStore | None = None
+    """Set when the shard handed its entries over through remote storage instead of an
+    archive (``kiln shard --handoff remote``); absent from archives."""
 
 
 def validate_manifest(data: Any) -> ShardManifest:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import click
 from rich.markup import escape
@@ -49,7 +50,16 @@ from wheelkiln.errors import GateError
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
     help="TU → shard map from `kiln shard-plan` (default: the recipe's sharding.partition_map).",
 )
-@out_dir_option("shards", "the shard's cache archive and record")
+@click.option(
+    "--handoff",
+    type=click.Choice(["archive", "remote"]),
+    default="archive",
+    show_default=True,
+    help="How the cache reaches the link job: an archive of this shard's cache in --out, "
+    "or its entries on the remote cache storage (--remote) with a small handoff file "
+    "(manifest and wrapper log) in --out.",
+)
+@out_dir_option("shards", "the shard's cache archive (or handoff file) and record")
 @job_options
 @json_option("the shard record")
 def shard(
@@ -60,6 +70,7 @@ def shard(
     partition: str | None,
     former_filter: str | None,
     partition_map: Path | None,
+    handoff: Literal["archive", "remote"],
     out_dir: Path,
     cache_name: str | None,
     workdir: Path | None,
@@ -68,7 +79,8 @@ def shard(
     remote: str | None,
     as_json: bool,
 ) -> None:
-    """Compile shard INDEX of COUNT of one cell and pack its compiler cache.
+    """Compile shard INDEX of COUNT of one cell and hand its compiler cache over: packed
+    into an archive, or (--handoff remote) stored on the remote cache storage.
 
     Only this shard's slice of the TUs is compiled; the rest get empty objects. The
     build is expected to fail at its link step: the shard gate accepts that only with
@@ -97,6 +109,7 @@ def shard(
             options,
             partition=renamed(partition, former_filter, "--partition", "--filter")[0],
             partition_map_path=partition_map.resolve() if partition_map else None,
+            handoff=handoff,
         )
     if as_json:
         emit_json(result.record)
@@ -114,7 +127,7 @@ def shard(
         ("failed links", "\n".join(result.gate.links) or "none"),
         ("cache stores", describe_stores(result.record["cache"])),
         ("wall", f"{result.outcome.wall_seconds:.1f} s"),
-        ("archive", str(result.archive) if result.archive else "none"),
+        (handoff if handoff == "archive" else "handoff", str(result.archive) if result.archive else "none"),
     ]
     ui.console.print(summary_table("kiln shard", rows))
     if not result.gate.passed:
@@ -132,7 +145,8 @@ def shard(
     "archives_dir",
     metavar="DIR",
     type=click.Path(path_type=Path),
-    help="Directory holding the shard archives (searched recursively). Required.",
+    help="Directory holding the shard archives, or the handoff files of shards that "
+    "handed over through remote storage (searched recursively). Required.",
 )
 @former_name("--shards", "--archives", "former_shards", type=click.Path(path_type=Path))
 @count_option("N, when archives may be missing (default: from the archives).")

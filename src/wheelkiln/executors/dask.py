@@ -9,17 +9,33 @@ tree, a private cache directory, the worker's builder lock.
 What crosses between the machines, and how:
 
 - **The recipe and its source, by digest.** A *bundle* (a gzip'd tar: the recipe, its
-  partition map, and a local ``source.path`` tree) is written to the shared handoff
-  directory under its sha256. A worker copies it, checks the digest, and unpacks it with
-  the rules every shard archive gets (:func:`wheelkiln.cache.archive.extract_tree`). A PyPI
-  sdist or a git revision travels as the recipe's pin: the worker's ``kiln shard``
-  fetches it and checks the sha256, as it does anywhere.
-- **The caches, as archives on shared storage.** Each shard attempt writes its archive
-  into a directory of its own under the run's handoff directory; only small results
-  travel through the scheduler: the validated manifest (toolchain fingerprint, TUs,
-  stats), the shard's record and its archive's sha256. The link task merges exactly the
-  archives those results name, after checking each digest, so a stray or late attempt's
-  archive is never merged, and applies the link job's gates as ``kiln link`` does.
+  partition map, and a local ``source.path`` tree) goes to the workers under its sha256:
+  written to the shared handoff directory when there is one, else scattered to the
+  workers by Dask (client to worker, never through the scheduler). A worker checks the
+  digest of its own copy and unpacks it with the rules every shard archive gets
+  (:func:`wheelkiln.cache.archive.extract_tree`). A PyPI sdist or a git revision travels
+  as the recipe's pin: the worker's ``kiln shard`` fetches it and checks the sha256, as
+  it does anywhere.
+- **The caches, one of two ways; never through the scheduler.**
+
+  - *Remote storage* (no ``--handoff``, a remote cache configured: ``--remote``,
+    ``$KILN_REMOTE`` or the recipe's ``cache.remote``). Every task of the run uses a
+    namespace of its own (:func:`run_namespace`). Each shard job
+    (``kiln shard --handoff remote``) stores its entries on the storage as it compiles
+    and fails its gate if they did not all get there; its task returns its handoff (the
+    manifest: toolchain fingerprint, TUs, stats, storage and namespace; and the wrapper
+    log) and record. The client checks each handoff as the link job would read it
+    (:func:`wheelkiln.shard.handoff.check_handoff`) and gives the link task exactly the
+    ones that passed; the link job reads every entry from the storage (ccache's
+    ``remote_only``, with its local cache empty) and returns its wheel with its record.
+  - *Archives on a shared directory* (``--handoff DIR``). Each shard attempt writes its
+    archive into a directory of its own under the run's handoff directory; its task
+    returns the validated manifest, the record and the archive's sha256. The link task
+    merges exactly the archives those results name, after checking each digest, so a
+    stray or late attempt's archive is never merged, and writes its wheel there.
+
+  Either way the link job applies the gates ``kiln link`` applies: toolchain match,
+  misses == 0, total > 0, missing shards named, the compile ledger, wheel verification.
 - **Resources.** Every task asks for ``builder=1``, so one build per builder holds on
   every worker, fleet-wide; a CUDA cell's tasks also ask for ``cuda=1``, and
   ``MEM_GB=n`` when asked. Dask resources are logical: a task waits until a worker offers
@@ -37,6 +53,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import queue
@@ -45,6 +62,7 @@ import shutil
 import socket
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 import tomllib
@@ -59,9 +77,24 @@ from rich.live import Live
 from rich.table import Table
 
 from wheelkiln import run, ui
+from wheelkiln.builder.cell import configured_remote
 from wheelkiln.builder.source import is_ignored
-from wheelkiln.cache.archive import ArchiveLimits, Layout, extract_tree, inspect_archive
-from wheelkiln.cells import NO_CUDA, Cell, shard_archive, shard_label, shard_record
+from wheelkiln.cache.archive import (
+    ArchiveLimits,
+    Layout,
+    extract_tree,
+    format_size,
+    inspect_archive,
+)
+from wheelkiln.cache.remote import shown
+from wheelkiln.cells import (
+    NO_CUDA,
+    Cell,
+    shard_archive,
+    shard_handoff,
+    shard_label,
+    shard_record,
+)
 from wheelkiln.digest import sha256_file
 from wheelkiln.errors import (
     BuildError,
@@ -83,6 +116,7 @@ from wheelkiln.paths import kiln_home
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.recipe.model import BUILD_OUTPUTS
 from wheelkiln.shard.gate import LinkGateResult
+from wheelkiln.shard.handoff import check_handoff, read_handoff
 
 Client = Any
 """A ``distributed.Client``. Dask's API is only partly typed; kiln reaches it through
@@ -103,6 +137,12 @@ MAX_STARTS = 2
 """A shard runs at most this often: the first try and one retry after a lost worker."""
 CANCEL_POLL_SECONDS = 1.0
 """How often a running task asks whether it was cancelled."""
+
+MAX_SCATTERED_BUNDLE = 256 * 1024**2
+"""The largest source bundle sent to the workers through Dask; a larger tree goes
+through a shared ``--handoff`` directory."""
+WHEEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+!-]*\.whl$")
+"""A wheel's file name as a link task reports it: one plain name, never a path."""
 
 BUNDLE_RECIPE = "recipe.toml"
 BUNDLE_MAP = "partition-map.json"
@@ -127,9 +167,10 @@ class FleetSettings:
 
     scheduler: str
     """The Dask scheduler's address, ``tcp://HOST:PORT``."""
-    handoff: Path
+    handoff: Path | None = None
     """A directory every worker and this machine see at the same path (NFS, a shared
-    disk): source bundles, shard archives and the link job's wheel go there."""
+    disk): source bundles, shard archives and the link job's wheel go there. None: the
+    shards hand over through the remote cache storage, and the rest travels by Dask."""
     memory_gb: int | None = None
     """Each task asks for this many ``MEM_GB`` of a worker; None asks for none."""
     connect_timeout: float = CONNECT_TIMEOUT
@@ -147,6 +188,14 @@ def check_address(address: str) -> str:
             hint="Write it as `dask scheduler` prints it: tcp://HOST:PORT (port 8786 by default).",
         )
     return address
+
+
+def run_namespace(namespace: str | None, run_id: str) -> str:
+    """The cache namespace of one run's remote handoff: the build's own namespace (or
+    ``kiln``) and the run's id, so the link job counts only what this run's shards stored
+    and a run never reads another's entries. Within the 100 characters a namespace may
+    have."""
+    return f"{(namespace or 'kiln')[:100 - len(run_id) - 1]}-{run_id}"
 
 
 def needed_resources(cell: Cell, memory_gb: int | None) -> dict[str, float]:
@@ -282,12 +331,14 @@ def fleet_root() -> Path:
     return kiln_home() / "fleet"
 
 
-def materialize(bundle: Path, sha256: str) -> Path:
-    """The recipe of *bundle*, unpacked once per worker under its digest.
+def materialize(bundle: Path | bytes, sha256: str) -> Path:
+    """The recipe of *bundle* (its path on the shared storage, or its bytes as Dask
+    delivered them), unpacked once per worker under its digest.
 
-    The bundle is copied off the shared storage first, and the copy is what is checked
-    and unpacked, so it cannot change between the check and the unpacking.
+    The bundle is copied to this worker first, and the copy is what is checked and
+    unpacked, so it cannot change between the check and the unpacking.
     """
+    where = str(bundle) if isinstance(bundle, Path) else f"bundle {sha256[:16]}… (sent by Dask)"
     root = fleet_root() / "bundles" / sha256[:32]
     recipe = root / BUNDLE_RECIPE
     if recipe.is_file():
@@ -300,10 +351,13 @@ def materialize(bundle: Path, sha256: str) -> Path:
         copy = root.parent / f".{root.name}.{uuid.uuid4().hex}.tar.gz"
         try:
             try:
-                shutil.copyfile(bundle, copy)
+                if isinstance(bundle, Path):
+                    shutil.copyfile(bundle, copy)
+                else:
+                    copy.write_bytes(bundle)
             except OSError as exc:
                 raise FleetError(
-                    f"The source bundle {bundle} cannot be read on {socket.gethostname()} "
+                    f"The source bundle {where} cannot be read on {socket.gethostname()} "
                     f"({exc.strerror or exc}).",
                     hint="The handoff directory must be shared: every worker sees it at the "
                     "same path as the machine that runs `kiln build`.",
@@ -311,16 +365,14 @@ def materialize(bundle: Path, sha256: str) -> Path:
             actual = sha256_file(copy)
             if actual != sha256:
                 raise FleetError(
-                    f"The source bundle {bundle} has sha256 {actual} on "
+                    f"The source bundle {where} has sha256 {actual} on "
                     f"{socket.gethostname()}, not {sha256} as written; it was not unpacked.",
                     hint="Something changed it on the shared storage. Run the build again.",
                 )
             try:
                 extract_tree(copy, root, BUNDLE_LAYOUT, ArchiveLimits.resolve())
             except GateError as exc:  # named as the bundle, not as this worker's copy of it
-                raise GateError(
-                    exc.message.replace(str(copy), str(bundle)), hint=exc.hint
-                ) from None
+                raise GateError(exc.message.replace(str(copy), where), hint=exc.hint) from None
         finally:
             copy.unlink(missing_ok=True)
     return recipe
@@ -336,9 +388,9 @@ class Plan:
     run_id: str
     cell_id: str
     count: int
-    bundle: Path
     bundle_sha256: str
-    run_dir: Path
+    run_dir: Path | None
+    """The run's directory on the shared handoff directory; None for a remote handoff."""
     cache: str
     namespace: str | None
     jobs: int | None
@@ -348,6 +400,10 @@ class Plan:
     """The remote cache storage given to the build (--remote or $KILN_REMOTE on the
     submitting machine); None leaves each worker's own setting or the recipe's."""
 
+    @property
+    def through_remote(self) -> bool:
+        """Whether the shards hand over through the remote storage (no shared directory)."""
+        return self.run_dir is None
     @property
     def topic(self) -> str:
         """The Dask event topic on which tasks say when they start and end."""
@@ -433,15 +489,28 @@ def _tail(output: str, lines: int = 12) -> str:
     return "\n".join(output.strip().splitlines()[-lines:])
 
 
-def shard_task(plan: Plan, index: int) -> dict[str, Any]:
-    """One shard job on this worker; returns its small result, never its archive."""
+def _local_run_dir(plan: Plan) -> Path:
+    """Where this worker keeps a remote-handoff run's job outputs (there is no shared
+    directory): its own ``$KILN_HOME``."""
+    return fleet_root() / "runs" / plan.run_id
+
+
+def shard_task(plan: Plan, bundle: Path | bytes, index: int) -> dict[str, Any]:
+    """One shard job on this worker; returns its small result, never its cache."""
     job = f"shard-{index}"
     began = time.time()
     _tell(plan, job, "running", pid=os.getpid())
-    recipe = materialize(plan.bundle, plan.bundle_sha256)
-    attempt = plan.run_dir / "shards" / f"{index}-{uuid.uuid4().hex[:12]}"
+    recipe = materialize(bundle, plan.bundle_sha256)
+    attempt_name = f"{index}-{uuid.uuid4().hex[:12]}"
+    attempt = (
+        _local_run_dir(plan) / "shards" / attempt_name
+        if plan.run_dir is None
+        else plan.run_dir / "shards" / attempt_name
+    )
     argv = _job_argv(plan, recipe, "shard")
     argv += ["--index", str(index), "--count", str(plan.count), "--out", str(attempt)]
+    if plan.through_remote:
+        argv += ["--handoff", "remote"]
     if plan.partition:
         argv += ["--partition", plan.partition]
     done = _run_job(plan, job, argv)
@@ -457,32 +526,52 @@ def shard_task(plan: Plan, index: int) -> dict[str, Any]:
         "manifest": None,
         "archive": None,
         "sha256": None,
+        "handoff": None,
     }
     record = attempt / shard_record(plan.cell_id, index, plan.count)
     if done.returncode >= 0 and record.is_file():
         result["record"] = json.loads(record.read_text())
     archive = attempt / shard_archive(plan.cell_id, index, plan.count)
-    if done.returncode == 0 and archive.is_file():
+    handoff = attempt / shard_handoff(plan.cell_id, index, plan.count)
+    if done.returncode == 0 and plan.through_remote and handoff.is_file():
         # Read back as the link job will read it: a shard hands over what the link accepts.
+        result["handoff"] = json.loads(handoff.read_text(encoding="utf-8"))
+        read_handoff(handoff)
+    elif done.returncode == 0 and archive.is_file():
         result["manifest"] = inspect_archive(archive).manifest.model_dump(by_alias=True)
         result["archive"] = str(archive)
         result["sha256"] = sha256_file(archive)
+    if plan.through_remote:  # what it wrote is in the result
+        shutil.rmtree(attempt, ignore_errors=True)
+        for emptied in (attempt.parent, attempt.parent.parent):
+            with contextlib.suppress(OSError):  # another task of the run may still use it
+                emptied.rmdir()
     _tell(plan, job, "done" if done.returncode == 0 else "failed", exit_code=done.returncode)
     return result
 
 
-def link_task(plan: Plan, archives: dict[int, tuple[str, str]]) -> dict[str, Any]:
-    """The link job on this worker, over exactly the archives the shard tasks returned
-    (index -> (path, sha256)); an archive whose digest changed is not merged, and named."""
+def link_task(
+    plan: Plan, bundle: Path | bytes, inputs_given: dict[int, Any]
+) -> dict[str, Any]:
+    """The link job on this worker, over exactly the shard inputs the client accepted:
+    index -> (archive path, sha256) on a shared directory, where an archive whose digest
+    changed is not merged, and named; or index -> the shard's checked handoff, written
+    here under the name the link job looks for (made from the plan, never from the
+    handoff's content)."""
     job = "link"
     began = time.time()
     _tell(plan, job, "running", pid=os.getpid())
-    recipe = materialize(plan.bundle, plan.bundle_sha256)
+    recipe = materialize(bundle, plan.bundle_sha256)
     inputs = fleet_root() / "link-inputs" / plan.run_id
     shutil.rmtree(inputs, ignore_errors=True)
     inputs.mkdir(parents=True)
     problems: list[str] = []
-    for index, (path, sha256) in sorted(archives.items()):
+    for index, given in sorted(inputs_given.items()):
+        if plan.through_remote:
+            name = shard_handoff(plan.cell_id, int(index), plan.count)
+            (inputs / name).write_text(json.dumps(given, sort_keys=True), encoding="utf-8")
+            continue
+        path, sha256 = given
         archive = Path(path)
         actual = sha256_file(archive) if archive.is_file() else None
         if actual != sha256:
@@ -492,13 +581,24 @@ def link_task(plan: Plan, archives: dict[int, tuple[str, str]]) -> dict[str, Any
             )
             continue
         (inputs / archive.name).symlink_to(archive)
-    out = plan.run_dir / "link"
+    out = _local_run_dir(plan) / "link" if plan.run_dir is None else plan.run_dir / "link"
+    shutil.rmtree(out, ignore_errors=True)
     argv = _job_argv(plan, recipe, "link")
     argv += ["--archives", str(inputs), "--count", str(plan.count), "--out", str(out)]
     if plan.smoke:
         argv.append("--smoke")
     done = _run_job(plan, job, argv)
-    record = out / f"{plan.cell_id}.link.json"
+    record_path = out / f"{plan.cell_id}.link.json"
+    record = (
+        json.loads(record_path.read_text()) if done.returncode >= 0 and record_path.is_file() else None
+    )
+    wheel_bytes = None
+    if plan.through_remote and record is not None and (record.get("wheel") or {}).get("path"):
+        # No shared directory: the wheel comes back with the result, straight from this
+        # worker to the client (the client gathers from workers directly).
+        wheel = Path(record["wheel"]["path"])
+        if wheel.is_file():
+            wheel_bytes = wheel.read_bytes()
     result: dict[str, Any] = {
         "host": socket.gethostname(),
         "exit_code": done.returncode,
@@ -506,11 +606,12 @@ def link_task(plan: Plan, archives: dict[int, tuple[str, str]]) -> dict[str, Any
         "wall_seconds": round(time.time() - began, 3),
         "tail": _tail(done.output, 30),
         "problems": problems,
-        "record": json.loads(record.read_text())
-        if done.returncode >= 0 and record.is_file()
-        else None,
+        "record": record,
+        "wheel_bytes": wheel_bytes,
     }
     shutil.rmtree(inputs, ignore_errors=True)
+    if plan.through_remote:
+        shutil.rmtree(_local_run_dir(plan), ignore_errors=True)
     _tell(plan, job, "done" if done.returncode == 0 else "failed", exit_code=done.returncode)
     return result
 
@@ -578,7 +679,11 @@ def connect(address: str, timeout: float = CONNECT_TIMEOUT) -> Client:
     try:
         # Dask logs its own retries at ERROR; the FleetError says it once.
         with _quiet_dask():
-            client: Client = _dask().Client(address, timeout=timeout, set_as_default=False)
+            # Results (the link job's wheel) and the scattered bundle go between this
+            # machine and the workers directly, never through the scheduler.
+            client: Client = _dask().Client(
+                address, timeout=timeout, set_as_default=False, direct_to_workers=True
+            )
             return client
     except (OSError, TimeoutError) as exc:
         raise unreachable(str(exc).split("\n")[0] or type(exc).__name__) from None
@@ -706,25 +811,20 @@ class DaskExecutor:
 
     @classmethod
     def from_settings(cls, settings: ExecutorSettings) -> DaskExecutor:
-        """From ``scheduler`` (required), ``handoff`` (required) and ``worker_memory``
-        (GB, optional), as the command line and the config name them."""
+        """From ``scheduler`` (required), ``handoff`` (optional: without it the shards
+        hand over through the remote cache storage) and ``worker_memory`` (GB, optional),
+        as the command line and the config name them."""
         unknown = sorted(set(settings) - {"scheduler", "handoff", "worker_memory"})
         if unknown:
             raise UsageError(
                 f"The dask executor does not know the setting(s) {', '.join(unknown)}.",
                 hint="It takes scheduler, handoff and worker_memory.",
             )
-        missing = [key for key in ("scheduler", "handoff") if not settings.get(key)]
-        if missing:
+        if not settings.get("scheduler"):
             raise UsageError(
-                "--executor dask needs "
-                + " and ".join(
-                    f"--{key} ({'tcp://HOST:PORT' if key == 'scheduler' else 'DIR'})"
-                    for key in missing
-                )
-                + ".",
-                hint="--scheduler is the address `dask scheduler` prints; --handoff a directory "
-                "every worker sees at the same path, for the shard archives and the wheel.",
+                "--executor dask needs --scheduler (tcp://HOST:PORT).",
+                hint="--scheduler is the address `dask scheduler` prints (also "
+                "$KILN_SCHEDULER).",
             )
         memory = settings.get("worker_memory")
         if memory is not None and not (memory.isascii() and memory.isdigit() and int(memory) > 0):
@@ -735,7 +835,7 @@ class DaskExecutor:
         return cls(
             FleetSettings(
                 scheduler=settings["scheduler"],
-                handoff=Path(settings["handoff"]),
+                handoff=Path(settings["handoff"]) if settings.get("handoff") else None,
                 memory_gb=int(memory) if memory else None,
             )
         )
@@ -743,7 +843,19 @@ class DaskExecutor:
     def run(self, job: ShardedJob) -> ShardedRun:
         started = time.perf_counter()
         fleet, cell = self.fleet, job.cell
-        check_output_dir(fleet.handoff, "--handoff")
+        remote = configured_remote(job.loaded, job.options)
+        if fleet.handoff is not None:
+            check_output_dir(fleet.handoff, "--handoff")
+        elif remote is None:
+            raise UsageError(
+                "--executor dask needs a way to hand the shards' caches to the link job: "
+                "--remote URL (remote cache storage every worker reaches; also $KILN_REMOTE "
+                "or the recipe's cache.remote) or --handoff DIR (a directory every worker "
+                "sees at the same path; also $KILN_HANDOFF or the recipe's fleet.handoff).",
+                hint="Start a cache server the workers reach (e.g. valkey-server or redis-server) "
+                "and pass --remote redis://HOST:6379, or mount a shared directory and pass "
+                "--handoff.",
+            )
         need = needed_resources(cell, fleet.memory_gb)
         client = connect(fleet.scheduler, fleet.connect_timeout)
         try:
@@ -758,21 +870,30 @@ class DaskExecutor:
                     f'--nthreads 1 --resources "{_describe_offer(need)}".',
                 )
             run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
-            run_dir = fleet.handoff.resolve() / run_id
-            bundle = pack_bundle(job.loaded, run_dir)
+            namespace = job.options.namespace or job.loaded.recipe.cache.namespace
+            if fleet.handoff is not None:
+                run_dir: Path | None = fleet.handoff.resolve() / run_id
+                assert run_dir is not None
+                bundle = pack_bundle(job.loaded, run_dir)
+                sent: Any = bundle.path
+                where = f"handoff in {run_dir}"
+            else:
+                run_dir = None
+                namespace = run_namespace(namespace, run_id)
+                bundle, sent = _scatter_bundle(client, job.loaded)
+                where = f"handoff through {shown(remote or '')} under namespace {namespace}"
             plan = Plan(
                 run_id=run_id,
                 cell_id=cell.id,
                 count=job.count,
-                bundle=bundle.path,
                 bundle_sha256=bundle.sha256,
                 run_dir=run_dir,
                 cache=job.options.cache,
-                namespace=job.options.namespace,
+                namespace=namespace,
                 jobs=job.options.jobs,
                 partition=job.partition,
                 smoke=job.smoke,
-                remote=job.options.remote,
+                remote=remote,
             )
             capable = [
                 a for a, offer in workers.items() if missing_resources({a: offer}, need) is None
@@ -780,12 +901,13 @@ class DaskExecutor:
             ui.info(
                 f"Sharding {cell.id} {job.count} ways on the Dask scheduler at "
                 f"{fleet.scheduler}: {len(capable)} of {len(workers)} worker(s) offer "
-                f"{_describe_offer(need)}; handoff in {run_dir}"
+                f"{_describe_offer(need)}; {where}"
             )
             shards, link, link_error, shards_wall = _run(
-                client, plan, need, job.out_dir, started, self.on_views
+                client, plan, sent, need, job.out_dir, started, self.on_views
             )
-            if link is not None and link.gate.passed and all(s.exit_code == 0 for s in shards):
+            passed = link is not None and link.gate.passed and all(s.exit_code == 0 for s in shards)
+            if run_dir is not None and passed:
                 # The wheel and its record are in --out, the shards' records in the
                 # report: the run's archives on the shared storage have served. A failed
                 # run keeps them, for `kiln link` by hand or a look inside.
@@ -806,9 +928,28 @@ class DaskExecutor:
         )
 
 
+def _scatter_bundle(client: Client, loaded: LoadedRecipe) -> tuple[Bundle, Future]:
+    """The source bundle, sent to the workers by Dask (there is no shared directory)."""
+    with tempfile.TemporaryDirectory(prefix="kiln-bundle-") as scratch:
+        bundle = pack_bundle(loaded, Path(scratch))
+        size = bundle.path.stat().st_size
+        if size > MAX_SCATTERED_BUNDLE:
+            raise UsageError(
+                f"The source bundle of {loaded.path} is {format_size(size)}, more than the "
+                f"{format_size(MAX_SCATTERED_BUNDLE)} kiln sends through Dask.",
+                hint="Pass --handoff DIR (a directory every worker sees at the same path), or "
+                "leave build outputs out of the tree with the recipe's source.exclude.",
+            )
+        blob = bundle.path.read_bytes()
+    # Straight to the workers (the client connects to them directly), a copy on each:
+    # scattered data cannot be made again, so a lost worker must not take the only one.
+    return bundle, client.scatter(blob, hash=False, broadcast=True)
+
+
 def _run(
     client: Client,
     plan: Plan,
+    bundle: Any,
     need: dict[str, float],
     out_dir: Path,
     started: float,
@@ -828,6 +969,7 @@ def _run(
         futures[job] = client.submit(
             function,
             plan,
+            bundle,
             *args,
             key=f"kiln-{plan.run_id}-{job}",
             resources=need,
@@ -872,9 +1014,9 @@ def _run(
             ]
             shards_wall = time.perf_counter() - started
             accepted = {
-                shard.index: archive
+                shard.index: given
                 for shard in shards
-                if (archive := _accepted_archive(shard)) is not None
+                if (given := _accepted_input(shard)) is not None
             }
             submit("link", link_task, accepted)
             wait(["link"], progress)
@@ -961,8 +1103,29 @@ def _shard_run(plan: Plan, index: int, future: Future, view: TaskView) -> ShardR
         problem = run.exit_description(exit_code) if exit_code < 0 else result["tail"]
         ui.warn(f"{label} failed on {view.worker}")
     record = result["record"]
-    if record is not None and result["archive"]:
+    if exit_code == 0 and plan.through_remote:
+        # A task's result crossed from a worker: read it as the link job will.
+        try:
+            handoff = check_handoff(
+                result["handoff"], f"the handoff {label}'s task returned from {view.worker}"
+            )
+        except GateError as exc:
+            exit_code, problem = GateError.exit_code, exc.message
+            ui.warn(f"{label}: {exc.message}")
+        else:
+            if record is not None:
+                store = handoff.manifest.remote
+                assert store is not None
+                record["handoff"] = {
+                    "via": "remote",
+                    "storage": store.storage,
+                    "namespace": store.namespace,
+                    "manifest": handoff.manifest.model_dump(by_alias=True),
+                    "given": result["handoff"],
+                }
+    elif record is not None and result["archive"]:
         record["handoff"] = {
+            "via": "archive",
             "archive": result["archive"],
             "sha256": result["sha256"],
             "manifest": result["manifest"],
@@ -979,11 +1142,40 @@ def _shard_run(plan: Plan, index: int, future: Future, view: TaskView) -> ShardR
     )
 
 
-def _accepted_archive(shard: ShardRun) -> tuple[str, str] | None:
+def _accepted_input(shard: ShardRun) -> Any:
+    """What the link task gets of a shard that passed: its checked handoff, or its
+    archive's path and sha256; None for a shard that did not pass."""
     handoff = (shard.record or {}).get("handoff")
     if shard.exit_code != 0 or not handoff:
         return None
+    if handoff["via"] == "remote":
+        return handoff.pop("given")  # to the link task; the report keeps the manifest
     return str(handoff["archive"]), str(handoff["sha256"])
+
+
+def _receive_wheel(
+    wheel: Mapping[str, Any], blob: bytes | None, out_dir: Path, view: TaskView
+) -> Path:
+    """The link task's wheel, sent back with its result, written to *out_dir* once its
+    name is one plain wheel name and its bytes have the sha256 its record gives."""
+    name = wheel.get("name")
+    if not isinstance(name, str) or not WHEEL_NAME.match(name) or not isinstance(blob, bytes):
+        raise FleetError(
+            f"The link task on {view.worker} returned no usable wheel (name {name!r}).",
+            hint="Run the build again; if it repeats, look at that worker's link job.",
+        )
+    actual = hashlib.sha256(blob).hexdigest()
+    if actual != wheel.get("sha256"):
+        raise FleetError(
+            f"The wheel {name} the link task on {view.worker} returned has sha256 {actual}, "
+            f"not {wheel.get('sha256')} as its record says; it was not written.",
+            hint="Run the build again.",
+        )
+    target = out_dir / name
+    partial = target.with_name(f".{name}.{uuid.uuid4().hex}.partial")
+    partial.write_bytes(blob)
+    partial.replace(target)
+    return target
 
 
 def _link_run(
@@ -991,10 +1183,16 @@ def _link_run(
 ) -> tuple[LinkRun | None, KilnError | None]:
     """The link task's record and gate, its wheel and record copied to *out_dir*; or the
     error that ended it (a failed full build, a wheel that fails its checks, a lost task)."""
+    files = (
+        f"Its files are in {plan.run_dir / 'link'}."
+        if plan.run_dir is not None
+        else f"Its files are on {view.worker}, under that worker's $KILN_HOME "
+        f"(fleet/runs/{plan.run_id}/link and work/{plan.cell_id}-link)."
+    )
     if future.status != "finished":
         return None, BuildError(
             f"The link task of {plan.cell_id} did not finish: {_failure_of(future)}.",
-            hint=f"Its files are in {plan.run_dir / 'link'}.",
+            hint=files,
         )
     result = future.result()
     record = result["record"]
@@ -1003,14 +1201,17 @@ def _link_run(
         return None, BuildError(
             f"The link job of {plan.cell_id} on {view.worker} ended with "
             f"{run.exit_description(exit_code)}:\n{result['tail']}",
-            hint=f"Its files are in {plan.run_dir / 'link'}.",
+            hint=files,
         )
     out_dir.mkdir(parents=True, exist_ok=True)
     wheel = record.get("wheel")
     if wheel and wheel.get("path"):
-        target = out_dir / Path(wheel["path"]).name
-        shutil.copy2(wheel["path"], target)
-        wheel["path"] = str(target)
+        if plan.run_dir is None:
+            wheel["path"] = str(_receive_wheel(wheel, result["wheel_bytes"], out_dir, view))
+        else:
+            target = out_dir / Path(wheel["path"]).name
+            shutil.copy2(wheel["path"], target)
+            wheel["path"] = str(target)
     record["fleet"] = view.placement()
     (out_dir / f"{plan.cell_id}.link.json").write_text(
         json.dumps(record, indent=2, sort_keys=True) + "\n"

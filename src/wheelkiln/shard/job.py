@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from wheelkiln import run
 from wheelkiln.builder.cell import (
     BuildOutcome,
     build_cell,
+    configured_remote,
     job_directory,
     make_cache,
 )
@@ -23,7 +24,15 @@ from wheelkiln.builder.record import build_record
 from wheelkiln.cache.archive import pack
 from wheelkiln.cache.backend import TUOutcome
 from wheelkiln.cache.manifest import MANIFEST_SCHEMA
-from wheelkiln.cells import Cell, shard_archive, shard_job_suffix, shard_label, shard_record
+from wheelkiln.cache.remote import shown, split_remote
+from wheelkiln.cells import (
+    Cell,
+    shard_archive,
+    shard_handoff,
+    shard_job_suffix,
+    shard_label,
+    shard_record,
+)
 from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
 from wheelkiln.errors import UsageError
 from wheelkiln.paths import resolve_workdir
@@ -36,6 +45,7 @@ from wheelkiln.shard.gate import (
     read_compile_database,
     shard_gate,
 )
+from wheelkiln.shard.handoff import Handoff, write_handoff
 from wheelkiln.shard.partition import is_mine, load_partition_map
 from wheelkiln.shard.source_filter import apply_source_partition
 from wheelkiln.shard.trace import write_job_trace
@@ -117,7 +127,21 @@ class ShardResult:
     outcome: BuildOutcome
     gate: ShardGateResult
     archive: Path | None
+    """The cache archive (``--handoff archive``), or the handoff file (``remote``)."""
     record: dict[str, Any]
+
+
+def remote_handoff_problems(outcome: BuildOutcome) -> list[str]:
+    """Why a shard that hands over through remote storage did not put its entries there:
+    the storage was left out as unreachable, or failed during the build. Such a shard
+    fails its gate: the link job would miss what never arrived."""
+    statuses = outcome.remote.statuses if outcome.remote is not None else ()
+    troubles = [trouble for status in statuses if (trouble := status.trouble())]
+    if outcome.remote is None or outcome.remote.usable is None:
+        return [f"{trouble}: this shard's entries are not on it" for trouble in troubles] or [
+            "no remote cache storage was used, so this shard's entries are nowhere"
+        ]
+    return [f"{trouble}: some of this shard's entries may not be on it" for trouble in troubles]
 
 
 def run_shard(
@@ -130,9 +154,18 @@ def run_shard(
     *,
     partition: str | None = None,
     partition_map_path: Path | None = None,
+    handoff: Handoff = "archive",
 ) -> ShardResult:
-    """Build shard ``index`` of ``count`` (0-based) and pack its cache when it passes."""
+    """Build shard ``index`` of ``count`` (0-based) and, when it passes, hand its cache
+    over: packed into an archive (*handoff* ``archive``), or stored on the remote cache
+    storage as it compiled, with a handoff file for the link job (``remote``)."""
     recipe = loaded.recipe
+    if handoff == "remote" and not configured_remote(loaded, options):
+        raise UsageError(
+            "--handoff remote needs remote cache storage, and none is set.",
+            hint="Give --remote URL (or $KILN_REMOTE, or the recipe's cache.remote), or "
+            "hand over an archive (--handoff archive).",
+        )
     if not 0 <= index < count:
         raise UsageError(
             f"--index {index} is outside 0..{count - 1} for --count {count}.",
@@ -193,6 +226,8 @@ def run_shard(
     objects = find_objects([job_dir / "build", tree])
     expected = _slice_compiles(outcome, job_dir / "build", index, count, partition, partition_map)
     gate = shard_gate(outcome.exit_code, outcome.log_text, objects, records, expected)
+    if handoff == "remote" and (problems := remote_handoff_problems(outcome)):
+        gate = replace(gate, passed=False, reasons=(*gate.reasons, *problems))
     fingerprint = toolchain_fingerprint(loaded, cell, outcome.versions)
     stats = outcome.stats.as_dict() if outcome.stats is not None else {}
     manifest = {
@@ -212,7 +247,16 @@ def run_shard(
         "gate": {"passed": gate.passed, "reasons": list(gate.reasons)},
     }
     archive = None
-    if gate.passed:
+    if gate.passed and handoff == "remote":
+        assert outcome.remote is not None and outcome.remote.usable is not None
+        manifest["remote"] = {
+            "storage": " ".join(shown(url) for url in split_remote(outcome.remote.usable)),
+            "namespace": options.namespace or recipe.cache.namespace,
+        }
+        archive = write_handoff(
+            out_dir / shard_handoff(cell.id, index, count), manifest, wrapper_log
+        )
+    elif gate.passed:
         archive = pack(
             cache_dir,
             manifest,
@@ -235,6 +279,7 @@ def run_shard(
                 },
                 "actions": gate.actions,
                 "archive": str(archive) if archive else None,
+                "handoff": handoff,
             }
         },
     )

@@ -24,7 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln import run
-from wheelkiln.builder.cell import BuildOutcome, build_cell, job_directory, job_toolchain
+from wheelkiln.builder.cell import (
+    BuildOutcome,
+    build_cell,
+    configured_remote,
+    job_directory,
+    job_toolchain,
+)
 from wheelkiln.builder.record import build_record, publish
 from wheelkiln.builder.wheel_checks import verify_wheel
 from wheelkiln.cache.archive import (
@@ -37,9 +43,11 @@ from wheelkiln.cache.archive import (
     member_label,
 )
 from wheelkiln.cells import (
+    HANDOFF_SUFFIX,
     SHARD_ARCHIVE_FORM,
     Cell,
     parse_shard_archive,
+    parse_shard_handoff,
     shard_archive,
     shard_label,
 )
@@ -50,6 +58,7 @@ from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.settings import BuildOptions, link_job
 from wheelkiln.shard.diagnostics import find_diagnostics
 from wheelkiln.shard.gate import LinkGateResult, link_gate, shard_refusal
+from wheelkiln.shard.handoff import DEFAULT_MAX_HANDOFF_BYTES, RemoteHandoff, read_handoff
 from wheelkiln.shard.job import toolchain_fingerprint
 from wheelkiln.shard.ledger import compile_ledger
 from wheelkiln.shard.partition import tu_key
@@ -72,12 +81,15 @@ class LinkResult:
 def _shard_archives(
     shards_dir: Path, cell: Cell, expected_count: int | None
 ) -> tuple[int | None, dict[int, Path]]:
-    """This cell's archives by shard index, and N from their names. Archives of another
-    N than ``--count``, of different Ns, or naming a shard beyond N are refused, named:
-    merging a subset of another build's shards would pass or fail for the wrong reason."""
+    """This cell's shard inputs by shard index (each a cache archive, or the handoff file
+    of a shard that handed over through remote storage), and N from their names. Inputs
+    of another N than ``--count``, of different Ns, naming a shard beyond N, or two for
+    one shard are refused, named: merging a subset of another build's shards would pass
+    or fail for the wrong reason."""
     found: list[tuple[int, int, Path]] = []
-    for path in sorted(shards_dir.rglob("*.tar.gz")):
-        parsed = parse_shard_archive(path.name)
+    candidates = [*shards_dir.rglob("*.tar.gz"), *shards_dir.rglob(f"*{HANDOFF_SUFFIX}")]
+    for path in sorted(candidates):
+        parsed = parse_shard_archive(path.name) or parse_shard_handoff(path.name)
         if parsed is not None and parsed[0] == cell.id:
             found.append((parsed[1], parsed[2], path))
     counts = sorted({count for _, count, _ in found})
@@ -101,7 +113,38 @@ def _shard_archives(
             f"{', '.join(map(str, beyond))}: names a shard index beyond its N.",
             hint=f"Shard archives are named {SHARD_ARCHIVE_FORM} with 0 <= I < N.",
         )
-    return (counts[0] if counts else None), {index: path for index, _, path in found}
+    by_index: dict[int, list[Path]] = defaultdict(list)
+    for index, _, path in found:
+        by_index[index].append(path)
+    twice = {index: paths for index, paths in sorted(by_index.items()) if len(paths) > 1}
+    if twice:
+        index, paths = next(iter(twice.items()))
+        raise UsageError(
+            f"{shards_dir} holds {len(paths)} inputs for {shard_label(index, counts[0])} of "
+            f"{cell.id}: {', '.join(map(str, paths))}.",
+            hint="Keep one archive or handoff file per shard.",
+        )
+    return (counts[0] if counts else None), {index: paths[0] for index, paths in by_index.items()}
+
+
+def remote_refusal(
+    handoff: RemoteHandoff, label: str, remote: str | None, namespace: str | None
+) -> str | None:
+    """Why a shard that handed over through remote storage cannot be read by this link
+    job (*remote*, *namespace*: its own), or None."""
+    store = handoff.manifest.remote
+    assert store is not None  # read_handoff refuses a handoff without it
+    if remote is None:
+        return (
+            f"{label} stored its entries on remote storage ({store.storage}), and this link "
+            f"job has none; not merged ({handoff.where})"
+        )
+    if store.namespace != namespace:
+        return (
+            f"{label} stored its entries under namespace {store.namespace!r}, and this link "
+            f"job reads namespace {namespace!r}; not merged ({handoff.where})"
+        )
+    return None
 
 
 def _shard_log(archive: Path, extras_dir: Path) -> list[WrapperRecord]:
@@ -174,9 +217,14 @@ def run_link(
     found_count, archives = _shard_archives(shards_dir, cell, expected_count)
     count = expected_count or found_count or loaded.recipe.sharding.count
     # Every archive is checked whole before any is extracted.
-    checked: dict[int, ArchiveContents] = {
-        index: inspect_archive(path, limits) for index, path in sorted(archives.items())
+    checked: dict[int, ArchiveContents | RemoteHandoff] = {
+        index: read_handoff(path, min(limits.max_unpacked_size, DEFAULT_MAX_HANDOFF_BYTES))
+        if path.name.endswith(HANDOFF_SUFFIX)
+        else inspect_archive(path, limits)
+        for index, path in sorted(archives.items())
     }
+    remote = configured_remote(loaded, options)
+    namespace = options.namespace or loaded.recipe.cache.namespace
     problems: list[str] = []
     # Probed once for the job: the fingerprint shards must match, and the build's record.
     toolchain = job_toolchain(loaded, options)
@@ -184,6 +232,7 @@ def run_link(
     extras = job_dir.with_name(job_dir.name + ".shards")
     shutil.rmtree(extras, ignore_errors=True)
     merged: list[int] = []
+    through_remote: list[int] = []
     shard_logs: dict[int, list[WrapperRecord]] = {}
     for index in range(count):
         label = shard_label(index, count)
@@ -192,9 +241,20 @@ def run_link(
                 f"{label} is missing: no {shard_archive(cell.id, index, count)} in {shards_dir}"
             )
             continue
-        archive = archives[index]
+        archive, contents = archives[index], checked[index]
+        if isinstance(contents, RemoteHandoff):
+            refusal = shard_refusal(
+                contents.manifest, cell.id, index, count, own, contents.where
+            ) or remote_refusal(contents, label, remote, namespace)
+            if refusal is not None:
+                problems.append(refusal)
+                continue
+            shard_logs[index] = contents.records
+            merged.append(index)
+            through_remote.append(index)
+            continue
         where = member_label(archive, MANIFEST)
-        refusal = shard_refusal(checked[index].manifest, cell.id, index, count, own, where)
+        refusal = shard_refusal(contents.manifest, cell.id, index, count, own, where)
         if refusal is not None:
             problems.append(refusal)
             continue
@@ -203,12 +263,14 @@ def run_link(
         merged.append(index)
     ccache_log = job_dir.with_name(job_dir.name + ".ccache.log")
     ccache_log.unlink(missing_ok=True)
-    link_options = link_job(
-        options,
-        workdir=workdir,
-        cache_dir=cache_dir,
-        extra_env={"CCACHE_LOGFILE": str(ccache_log)},
-    )
+    extra_env = {"CCACHE_LOGFILE": str(ccache_log)}
+    if through_remote and through_remote == merged and options.cache == "ccache":
+        # Every shard's entries are on the remote storage: ccache reads them there and
+        # nowhere else, so every hit the gate counts is an entry a shard stored on the
+        # server (the private local cache is empty anyway; this also keeps ccache from
+        # writing a local copy of each entry it reads).
+        extra_env["CCACHE_REMOTE_ONLY"] = "true"
+    link_options = link_job(options, workdir=workdir, cache_dir=cache_dir, extra_env=extra_env)
     # build_cell zeroes the merged shards' stats first.
     outcome = build_cell(loaded, cell, link_options, toolchain)
     stats = outcome.stats
@@ -264,6 +326,12 @@ def run_link(
             "link": {
                 "shards_expected": count,
                 "shards_merged": merged,
+                "shards_through_remote": through_remote,
+                # Hits served by the remote storage (ccache counts them apart): with every
+                # shard handed over there, each hit of the gate.
+                "remote_hits": stats.raw.get("remote_storage_hit")
+                if stats is not None and through_remote
+                else None,
                 "gate": {"passed": gate.passed, "problems": gate.problems, "missed": missed},
                 "ledger": ledger.as_dict(),
             }

@@ -1,0 +1,99 @@
+"""The remote handoff file (and the same content as a Dask shard task's result) is read
+as hostile input: the shape, the manifest, the wrapper log and the size are each checked
+and named; the link job refuses a handoff it cannot read from its own storage."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.archives import valid_manifest
+from wheelkiln.errors import GateError
+from wheelkiln.shard.handoff import check_handoff, read_handoff, write_handoff
+from wheelkiln.shard.link import remote_refusal
+
+WHERE = "the handoff shard 1/2's task returned"
+LOG_LINE = json.dumps({"tu": "src/a.c", "action": "compile", "seconds": 0.5, "exit": 0})
+
+
+def handoff(**manifest_changes: Any) -> dict[str, Any]:
+    manifest = {
+        **valid_manifest("cell", 0, 2),
+        "remote": {"storage": "redis://cache:6379", "namespace": "kiln-run1"},
+        **manifest_changes,
+    }
+    return {"manifest": manifest, "wrapper_log": LOG_LINE + "\n"}
+
+
+def refused(data: Any, max_bytes: int = 1024**2) -> str:
+    with pytest.raises(GateError) as caught:
+        check_handoff(data, WHERE, max_bytes)
+    assert "shard job" in (caught.value.hint or "")
+    return caught.value.message
+
+
+def test_a_written_handoff_reads_back_with_its_manifest_and_log(tmp_path: Path) -> None:
+    log = tmp_path / "wrapper.jsonl"
+    log.write_text(LOG_LINE + "\n")
+    data = handoff()
+    path = write_handoff(tmp_path / "out" / "x.handoff.json", data["manifest"], log)
+    read = read_handoff(path)
+    assert read.where == str(path)
+    assert (read.manifest.cell, read.manifest.index, read.manifest.count) == ("cell", 0, 2)
+    assert read.manifest.remote is not None
+    assert (read.manifest.remote.storage, read.manifest.remote.namespace) == (
+        "redis://cache:6379", "kiln-run1")
+    assert read.records == [json.loads(LOG_LINE)]
+    assert not list((tmp_path / "out").glob("*.partial"))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([1, 2], f"{WHERE} is not a shard handoff: it must hold exactly the keys 'manifest' "
+                 "and 'wrapper_log', not list."),
+        ({"manifest": {}, "wrapper_log": "", "archive": "/etc/passwd"},
+         f"{WHERE} is not a shard handoff: it must hold exactly the keys 'manifest' and "
+         "'wrapper_log', not ['archive', 'manifest', 'wrapper_log']."),
+        ({**handoff(), "wrapper_log": ["line"]},
+         f"{WHERE}: wrapper_log is list, not the log's text."),
+        (handoff(count="2"),
+         f"{WHERE}: manifest is not a shard manifest: count: Input should be a valid integer."),
+        (handoff(remote=None),
+         f"{WHERE}: manifest.remote is missing: a handoff without an archive must name the "
+         "remote storage that holds the shard's entries."),
+        ({**handoff(), "wrapper_log": '{"action": "rm -rf"}\n'},
+         f"{WHERE}, wrapper_log: line 1 is not a wrapper record (action: Input should be "),
+    ],
+)
+def test_a_hostile_handoff_is_refused_naming_what_is_wrong(data: Any, message: str) -> None:
+    assert refused(data).startswith(message)
+
+
+def test_a_handoff_larger_than_allowed_is_not_read(tmp_path: Path) -> None:
+    big = {**handoff(), "wrapper_log": (LOG_LINE + "\n") * 100}
+    assert refused(big, max_bytes=1000) == (
+        f"{WHERE}: wrapper_log is 6.4 KiB, more than a shard handoff may be (1000 B)."
+    )
+    path = tmp_path / "big.handoff.json"
+    path.write_text(json.dumps(big))
+    with pytest.raises(GateError) as caught:
+        read_handoff(path, max_bytes=1000)
+    assert caught.value.message.startswith(f"{path} is ")
+    assert caught.value.message.endswith("more than a shard handoff may be (1000 B); it was not read.")
+
+
+def test_the_link_job_names_a_handoff_it_cannot_read_from_its_storage() -> None:
+    read = check_handoff(handoff(), WHERE)
+    assert remote_refusal(read, "shard 1/2", "redis://cache:6379", "kiln-run1") is None
+    assert remote_refusal(read, "shard 1/2", None, "kiln-run1") == (
+        "shard 1/2 stored its entries on remote storage (redis://cache:6379), and this link "
+        f"job has none; not merged ({WHERE})"
+    )
+    assert remote_refusal(read, "shard 1/2", "redis://cache:6379", "other") == (
+        "shard 1/2 stored its entries under namespace 'kiln-run1', and this link job reads "
+        f"namespace 'other'; not merged ({WHERE})"
+    )
