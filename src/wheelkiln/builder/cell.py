@@ -72,6 +72,9 @@ class BuildOutcome:
     """The remote stores the build was given, and how each went."""
     cython: dict[str, object] = field(default_factory=dict)
     """The build's Cython transpiles (:func:`wheelkiln.cache.cython.read_log`)."""
+    environ: dict[str, str] = field(default_factory=dict)
+    """The environment the build ran in (a compile run again in it goes through the
+    same fronts and cache settings)."""
 
 
 def job_toolchain(loaded: LoadedRecipe, options: BuildOptions) -> Toolchain:
@@ -307,4 +310,5 @@ def build_cell(
         log_text=done.output,
         remote=remote,
         cython=cython_cache.read_log(cython_log),
+        environ=env,
     )

@@ -15,7 +15,6 @@ output directory.
 
 from __future__ import annotations
 
-import re
 import shlex
 import shutil
 from collections import defaultdict
@@ -56,6 +55,7 @@ from wheelkiln.errors import BuildError, UsageError
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.settings import BuildOptions, link_job
+from wheelkiln.shard import explain
 from wheelkiln.shard.diagnostics import find_diagnostics
 from wheelkiln.shard.gate import LinkGateResult, link_gate, shard_refusal
 from wheelkiln.shard.handoff import DEFAULT_MAX_HANDOFF_BYTES, RemoteHandoff, read_handoff
@@ -64,10 +64,6 @@ from wheelkiln.shard.ledger import compile_ledger
 from wheelkiln.shard.partition import tu_key
 from wheelkiln.shard.trace import write_job_trace
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, parse_wrapper_log
-
-CCACHE_LOG_LINE = re.compile(
-    r"^\[[^\]]*? (?P<pid>\d+)\s*\] (?P<key>Command line|Source file|Working directory): (?P<value>.*)$"
-)
 
 
 @dataclass
@@ -154,24 +150,6 @@ def _shard_log(archive: Path, extras_dir: Path) -> list[WrapperRecord]:
         return []
     with path.open("rb") as handle:
         return parse_wrapper_log(handle, member_label(archive, f"{EXTRA_PREFIX}/{WRAPPER_LOG}"))
-
-
-def _ccache_commands(log_path: Path) -> dict[str, tuple[list[str], str]]:
-    """Per source file, the command line ccache saw (from CCACHE_LOGFILE)."""
-    by_pid: dict[str, dict[str, str]] = defaultdict(dict)
-    if log_path.exists():
-        for line in log_path.read_text(errors="replace").splitlines():
-            match = CCACHE_LOG_LINE.match(line)
-            if match:
-                by_pid[match["pid"]].setdefault(match["key"], match["value"])
-    commands: dict[str, tuple[list[str], str]] = {}
-    for fields in by_pid.values():
-        if "Source file" in fields and "Command line" in fields:
-            commands[fields["Source file"]] = (
-                shlex.split(fields["Command line"]),
-                fields.get("Working directory", ""),
-            )
-    return commands
 
 
 def _as_logged(argv: list[str]) -> list[str]:
@@ -261,9 +239,10 @@ def run_link(
         extract(archive, cache_dir, extras / str(index), limits)
         shard_logs[index] = _shard_log(archive, extras / str(index))
         merged.append(index)
+    # ccache's log only for a second pass over missed TUs (wheelkiln.shard.explain).
     ccache_log = job_dir.with_name(job_dir.name + ".ccache.log")
     ccache_log.unlink(missing_ok=True)
-    extra_env = {"CCACHE_LOGFILE": str(ccache_log)}
+    extra_env: dict[str, str] = {}
     if through_remote and through_remote == merged and options.cache == "ccache":
         # Every shard's entries are on the remote storage: ccache reads them there and
         # nowhere else, so every hit the gate counts is an entry a shard stored on the
@@ -356,21 +335,10 @@ def run_link(
     return LinkResult(outcome, gate, record, record_path)
 
 
-_NINJA_PROGRESS = re.compile(r"^\s*\[\d+/\d+\]\s*")
-
-
 def _compile_source(line: str) -> str | None:
     """The source file of *line* when it is one compile command (``cc ... -c a.c``)."""
-    if " -c " not in line:
-        return None
-    try:
-        argv = shlex.split(_NINJA_PROGRESS.sub("", line))
-    except ValueError:
-        return None
-    if len(argv) < 3:
-        return None
-    parsed = parse_compiler_args(argv[0], argv[1:])
-    return parsed.sources[0] if parsed.is_tu else None
+    argv = explain.logged_compile(line)
+    return parse_compiler_args(argv[0], argv[1:]).sources[0] if argv is not None else None
 
 
 def stopping_compile(build_log: str) -> tuple[str | None, list[str]] | None:
@@ -440,7 +408,16 @@ def _explain_misses(
     missed_sources = sorted({o.source for o in outcome.tu_outcomes if not o.hit})
     if not missed_sources:
         return []
-    commands = _ccache_commands(ccache_log)
+    commands: dict[str, tuple[list[str], str]] = {}
+    if outcome.cache_name == "ccache":
+        compiles = explain.missed_compiles(
+            missed_sources,
+            outcome.log_text,
+            outcome.tree,
+            [outcome.job_dir / "build", outcome.tree / "build"],
+            outcome.environ,
+        )
+        commands = explain.log_compiles(compiles, outcome.environ, ccache_log)
     shard_compiles: dict[str, tuple[int, list[str]]] = {}
     for index, records in sorted(shard_logs.items()):
         for record in records:
