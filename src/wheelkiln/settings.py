@@ -105,6 +105,44 @@ def resolve_build_settings(
     )
 
 
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """The engine of a sharded build and its settings, resolved."""
+
+    engine: str
+    """'local' or 'dask'."""
+    settings: dict[str, str]
+    """The engine's settings by name (``scheduler``, ``handoff``, ``worker_memory``), only
+    those given somewhere; the engine checks them."""
+
+
+def resolve_executor(
+    loaded: LoadedRecipe,
+    *,
+    engine: str | None = None,
+    scheduler: str | None = None,
+    handoff: Path | None = None,
+    worker_memory: int | None = None,
+) -> ExecutorChoice:
+    """The executor of a sharded build: each argument is the command line's value or its
+    variable's (``None``: neither), over the recipe's ``[executor]`` key, over the
+    default (``local``). A relative ``executor.handoff`` is read against the recipe file.
+    The recipe's fleet keys apply only when the engine is ``dask``."""
+    config = loaded.recipe.executor
+    chosen = engine or config.engine or "local"
+    if chosen != "dask":
+        return ExecutorChoice(chosen, {})
+    found = {
+        "scheduler": scheduler or config.scheduler,
+        "handoff": handoff
+        or (loaded.resolve(config.handoff) if config.handoff is not None else None),
+        "worker_memory": worker_memory or config.worker_memory,
+    }
+    return ExecutorChoice(
+        chosen, {name: str(value) for name, value in found.items() if value is not None}
+    )
+
+
 def with_job(options: BuildOptions, setup: JobSetup) -> BuildOptions:
     """*options* for a job that kiln sets up as *setup* (a bench scenario's build)."""
     return replace(options, job=setup)

@@ -209,14 +209,26 @@ def test_tiny_package_hands_over_through_redis_with_no_shared_directory(
 
 
 @pytest.mark.cuda
-@pytest.mark.slow  # opt-in: about 135 s of 2 cores, over what the 15-minute CI holds
+@pytest.mark.slow  # opt-in: about 135 s of 2 cores each, over what the 15-minute CI holds
+@pytest.mark.parametrize("handoff", ["remote", "directory"])
 def test_demo_kernels_on_two_workers_links_with_zero_misses_after_a_lost_worker(
-    kiln: Kiln, fleet: Fleet, kernels_cold: dict[str, Any], tmp_path: Path, installed
+    kiln: Kiln, fleet: Fleet, kernels_cold: dict[str, Any], tmp_path: Path, installed,
+    request: pytest.FixtureRequest, handoff: str,
 ) -> None:
+    """N=4 on two workers, each with its own home; the worker of shard 1/4 is killed
+    mid-shard. The caches go through a live Valkey under the run's namespace (no shared
+    directory at all), or as archives on a shared handoff directory."""
     fleet.ready()
-    (tmp_path / "handoff").mkdir()
+    if handoff == "remote":
+        redis: Redis = request.getfixturevalue("redis_server")
+        before = redis.keys()
+        how: tuple[str | Path, ...] = ("--remote", redis.url)
+    else:
+        (tmp_path / "handoff").mkdir()
+        how = ("--handoff", tmp_path / "handoff")
     killer = kill_during(fleet, "shard-0", times=1, after=3.0)
-    result = fleet_build(kiln, fleet, kernels_cold["recipe"], tmp_path, 4)
+    result = kiln("build", kernels_cold["recipe"], "--shards", "4", "--executor", "dask",
+                  "--scheduler", fleet.address, *how, "--out", tmp_path / "dist", "--json")
     killer.join(timeout=5)
     report = json.loads(result.stdout)
     assert len(killer.killed) == 1  # type: ignore[attr-defined]
@@ -227,13 +239,17 @@ def test_demo_kernels_on_two_workers_links_with_zero_misses_after_a_lost_worker(
     assert [s["fleet"]["tries"] for s in report["shards"][1:]] == [1, 1, 1]
     assert len({w for s in report["shards"] for w in s["fleet"]["workers"]}) >= 2
     assert "shard 1/4: retried on tcp://" in result.stderr
-    # Only manifests came back through the scheduler: each names its shard and toolchain,
-    # and its archive lies on the shared handoff directory.
+    # Only manifests came back through the scheduler: each names its shard and toolchain;
+    # the entries are on the server, or the archive on the shared handoff directory.
     for index, shard in enumerate(report["shards"]):
         manifest = shard["handoff"]["manifest"]
         assert (manifest["index"], manifest["count"], manifest["cell"]) == (
             index, 4, kernels_cold["record"]["cell"])
-        assert Path(shard["handoff"]["archive"]).is_relative_to(tmp_path / "handoff")
+        if handoff == "remote":
+            assert shard["handoff"]["via"] == "remote"
+            assert manifest["remote"]["storage"] == redis.url
+        else:
+            assert Path(shard["handoff"]["archive"]).is_relative_to(tmp_path / "handoff")
     # Every TU (24 kernels, dispatcher, module) compiled in exactly one shard.
     tus = [tu for s in report["shards"] for tu in s["handoff"]["manifest"]["tus"]]
     assert len(tus) == len(set(tus)) == 26
@@ -241,13 +257,21 @@ def test_demo_kernels_on_two_workers_links_with_zero_misses_after_a_lost_worker(
     assert report["gate"] == {"passed": True, "problems": []}
     assert link["cache"]["misses"] == 0
     assert link["cache"]["hits"] == link["cache"]["total"] == kernels_cold["record"]["cache"]["total"]
+    if handoff == "remote":
+        # The link job's local cache started empty and stayed so: every hit was read
+        # from the server, under the one namespace of this run.
+        assert link["link"]["remote_hits"] == link["cache"]["hits"]
+        assert link["link"]["shards_through_remote"] == [0, 1, 2, 3]
+        assert len({s["handoff"]["namespace"] for s in report["shards"]}) == 1
+        assert len(redis.keys() - before) >= 26
+    else:
+        assert not any((tmp_path / "handoff").iterdir())  # a passed run's archives have served
     # Both workers built, each in its own home, from its own copy of the checked bundle.
     for home in fleet.homes:
         assert list((home / "home" / "fleet" / "bundles").glob("*/source/CMakeLists.txt"))
         assert list((home / "home" / "work").glob(f"{report['cell']}-*"))
     wheel = link["wheel"]["path"]
     assert Path(wheel).parent == tmp_path / "dist"
-    assert not any((tmp_path / "handoff").iterdir())  # a passed run's archives have served
     answer = installed(wheel, "import demo_kernels; print(demo_kernels.checksum())")
     assert int(answer) == expected_checksum(kernels_cold["tree"])
     verdict = json.loads(kiln("verify", wheel, kernels_cold["record"]["wheel"]["path"],

@@ -250,3 +250,46 @@ def test_a_bundle_sent_by_dask_is_checked_by_digest_before_unpacking(
         f"The source bundle bundle {bundle.sha256[:16]}… (sent by Dask) has sha256 ")
     unpacked = materialize(blob, bundle.sha256)
     assert load_recipe(unpacked).recipe.name == "pkg"
+
+
+def test_fleet_settings_come_from_the_recipe_under_the_environment_under_the_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each key of the recipe's [executor] gives way to its variable, which gives way to
+    its option; the scheduler each run tried to reach says which one won."""
+    from click.testing import CliRunner
+
+    from tests.servers import free_port
+    from wheelkiln.cli import cli
+
+    recipe = _project(tmp_path)
+    recipe_port, env_port, option_port = free_port(), free_port(), free_port()
+    with recipe.open("a") as text:
+        text.write(f'[executor]\nengine = "dask"\nscheduler = "tcp://127.0.0.1:{recipe_port}"\n'
+                   'handoff = "handoff"\n')
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
+    unset = {name: None for name in ("KILN_EXECUTOR", "KILN_SCHEDULER", "KILN_HANDOFF",
+                                     "KILN_WORKER_MEMORY", "KILN_REMOTE")}
+
+    def build(*options: str, **env: str) -> BaseException | None:
+        return CliRunner().invoke(
+            cli, ["build", str(recipe), "--shards", "2", "--out", str(tmp_path / "dist"), *options],
+            env={**unset, **env},
+        ).exception
+
+    def unreachable(port: int) -> str:
+        return (f"Cannot reach the Dask scheduler at tcp://127.0.0.1:{port}: connection "
+                "refused; nothing was started.")
+
+    from_recipe = build()
+    assert isinstance(from_recipe, FleetError) and from_recipe.message == unreachable(recipe_port)
+    # (and its handoff directory: without one, or a remote, nothing would connect)
+    from_env = build(KILN_SCHEDULER=f"tcp://127.0.0.1:{env_port}")
+    assert isinstance(from_env, FleetError) and from_env.message == unreachable(env_port)
+    from_option = build("--scheduler", f"tcp://127.0.0.1:{option_port}",
+                        KILN_SCHEDULER=f"tcp://127.0.0.1:{env_port}")
+    assert isinstance(from_option, FleetError) and from_option.message == unreachable(option_port)
+    # --executor local overrides the recipe's engine: a fleet option is then refused.
+    local = build("--executor", "local", "--worker-memory", "4")
+    assert isinstance(local, UsageError)
+    assert local.message == "--worker-memory applies only with the dask executor."

@@ -336,3 +336,40 @@ def test_names_the_os_refuses_are_recipe_errors(tmp_path: Path) -> None:
     message = error_of_path(tmp_path / f"{long_name}.toml")
     assert message.startswith(str(tmp_path))
     assert message.endswith("aaa.toml: not a recipe file (unreadable: File name too long).")
+
+
+def test_executor_settings_load_and_resolve_against_the_recipe(tmp_path: Path) -> None:
+    from wheelkiln.settings import resolve_executor
+
+    loaded = load_recipe(write(tmp_path, GOOD + '[executor]\nengine = "dask"\nscheduler = '
+                               '"tcp://sched:8786"\nhandoff = "shared"\nworker_memory = 16\n'))
+    assert resolve_executor(loaded).settings == {
+        "scheduler": "tcp://sched:8786", "handoff": str(tmp_path / "shared"), "worker_memory": "16"}
+    # An option (or its variable: click reads them into the same argument) wins per key.
+    choice = resolve_executor(loaded, scheduler="tcp://other:1", worker_memory=2)
+    assert (choice.engine, choice.settings["scheduler"], choice.settings["worker_memory"]) == (
+        "dask", "tcp://other:1", "2")
+    # The fleet's keys are for the dask engine only.
+    assert resolve_executor(loaded, engine="local").settings == {}
+    assert resolve_executor(load_recipe(write(tmp_path, GOOD))).engine == "local"
+
+
+@pytest.mark.parametrize(
+    ("table", "problem"),
+    [
+        ('engine = "ray"', "key 'executor.engine': must be 'local' or 'dask' (got 'ray')."),
+        ('scheduler = "sched:8786"', "key 'executor.scheduler': a Dask scheduler address looks "
+                                     "like 'tcp://HOST:8786', as `dask scheduler` prints it"),
+        ("worker_memory = 0", "key 'executor.worker_memory': "),
+        ('engine = "local"\nscheduler = "tcp://s:1"', "key 'executor': 'executor.scheduler' "
+                                                     "applies only with executor.engine = 'dask', "
+                                                     "and this recipe says 'local'"),
+        ('schedular = "tcp://s:1"', "unknown key 'executor.schedular' in [executor]. Perhaps "
+                                    "you meant 'executor.scheduler'?"),
+    ],
+)
+def test_executor_settings_are_checked_naming_the_key(
+    tmp_path: Path, table: str, problem: str
+) -> None:
+    message = error_of(tmp_path, GOOD + f"[executor]\n{table}\n")
+    assert message.startswith(f"{tmp_path / 'pkg.toml'}: {problem}"), message

@@ -89,26 +89,29 @@ def _cache_line(record: dict[str, Any]) -> str:
     type=click.Choice(["local", "dask"]),
     envvar="KILN_EXECUTOR",
     help="With --shards: the engine that runs the shard and link jobs (default: "
-    "$KILN_EXECUTOR, else local).",
+    "$KILN_EXECUTOR, else the recipe's executor.engine, else local).",
 )
 @click.option(
     "--scheduler",
     envvar="KILN_SCHEDULER",
-    help="With --executor dask: the Dask scheduler, tcp://HOST:PORT (default: $KILN_SCHEDULER).",
+    help="With --executor dask: the Dask scheduler, tcp://HOST:PORT (default: "
+    "$KILN_SCHEDULER, else the recipe's executor.scheduler).",
 )
 @click.option(
     "--handoff",
     type=click.Path(path_type=Path),
     envvar="KILN_HANDOFF",
     help="With --executor dask: a directory every worker sees at the same path, for the "
-    "source bundle, the shard archives and the wheel (default: $KILN_HANDOFF).",
+    "source bundle, the shard archives and the wheel (default: $KILN_HANDOFF, else the "
+    "recipe's executor.handoff). Without one, the shards hand over through the remote "
+    "cache storage (--remote) and the rest travels through Dask.",
 )
 @click.option(
     "--worker-memory",
     type=click.IntRange(1),
     envvar="KILN_WORKER_MEMORY",
     help="With --executor dask: GB of the workers' MEM_GB resource each task asks for "
-    "(default: $KILN_WORKER_MEMORY, else none).",
+    "(default: $KILN_WORKER_MEMORY, else the recipe's executor.worker_memory, else none).",
 )
 @json_option("the build record")
 def build(
@@ -142,7 +145,7 @@ def build(
     from wheelkiln.builder.job import run_build
     from wheelkiln.matrix.cells import select_cell
     from wheelkiln.recipe.load import find_recipe
-    from wheelkiln.settings import resolve_build_settings
+    from wheelkiln.settings import resolve_build_settings, resolve_executor
 
     partition, partition_given_as = renamed(partition, former_filter, "--partition", "--filter")
     _refuse_inapplicable(
@@ -155,28 +158,40 @@ def build(
         },
         {partition_given_as: partition is not None, "--executor": _on_command_line("executor")},
     )
-    # $KILN_EXECUTOR and the fleet's variables are defaults for sharded builds; only the
-    # options given on the command line are refused where they do not apply.
-    executor = executor if shards is not None else None
-    fleet = {
-        "scheduler": scheduler,
-        "handoff": str(handoff) if handoff is not None else None,
-        "worker_memory": str(worker_memory) if worker_memory is not None else None,
-    }
-    given = [f"--{key.replace('_', '-')}" for key in fleet if _on_command_line(key)]
-    if executor == "dask" and workdir is not None:
+    check_job_locations(out_dir, workdir, cache_dir)
+    loaded = find_recipe(recipe_ref)
+    # $KILN_EXECUTOR, the fleet's variables and the recipe's [executor] are defaults for
+    # sharded builds; only the options given on the command line are refused where they
+    # do not apply.
+    choice = (
+        resolve_executor(
+            loaded,
+            engine=executor,
+            scheduler=scheduler,
+            handoff=handoff,
+            worker_memory=worker_memory,
+        )
+        if shards is not None
+        else None
+    )
+    dask = choice is not None and choice.engine == "dask"
+    given = [
+        f"--{key.replace('_', '-')}"
+        for key in ("scheduler", "handoff", "worker_memory")
+        if _on_command_line(key)
+    ]
+    if dask and workdir is not None:
         raise UsageError(
-            "--workdir cannot be used with --executor dask: the fleet's workers build under "
+            "--workdir cannot be used with the dask executor: the fleet's workers build under "
             "their own $KILN_HOME.",
             hint="Drop --workdir, or set KILN_HOME for each `dask worker`.",
         )
-    if executor != "dask" and given:
+    if not dask and given:
         raise UsageError(
-            f"{', '.join(given)} applies only with --executor dask.",
-            hint="Add --shards N --executor dask, or drop the option.",
+            f"{', '.join(given)} applies only with the dask executor.",
+            hint="Add --shards N --executor dask (or the recipe's executor.engine = 'dask'), "
+            "or drop the option.",
         )
-    check_job_locations(out_dir, workdir, cache_dir)
-    loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
     options = resolve_build_settings(
         loaded,
@@ -188,11 +203,9 @@ def build(
         workdir=workdir,
         jobs=jobs,
     )
-    if shards is not None:
-        from wheelkiln.executors.registry import DEFAULT_EXECUTOR
+    if choice is not None and shards is not None:
         from wheelkiln.executors.sharded import run_sharded
 
-        dask = executor == "dask"
         # No builder lock for the fleet: its workers build, each under its own lock and
         # its builder resource, and this machine may well be one of them.
         with contextlib.nullcontext() if dask else builder_lock(lock_timeout):
@@ -205,10 +218,8 @@ def build(
                 partition=partition,
                 smoke=smoke,
                 on_report=emit_json if as_json else None,
-                executor="dask" if dask else DEFAULT_EXECUTOR,
-                executor_settings={key: value for key, value in fleet.items() if value is not None}
-                if dask
-                else None,
+                executor=choice.engine,
+                executor_settings=choice.settings,
             )
         return
     with builder_lock(lock_timeout):

@@ -389,6 +389,46 @@ class CacheSettings(_Model):
     """A namespace (ccache) or key prefix (sccache) isolating this package's entries."""
 
 
+SchedulerAddress = Annotated[
+    str,
+    StringConstraints(max_length=SHORT_MAX),
+    _Match(
+        r"(tcp|tls)://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):[0-9]{1,5}",
+        "a Dask scheduler address looks like 'tcp://HOST:8786', as `dask scheduler` prints it",
+    ),
+]
+MAX_WORKER_MEMORY_GB = 1 << 20
+
+
+class ExecutorConfig(_Model):
+    """The engine that runs a sharded build's shard and link jobs (``kiln build --shards
+    N``), and where its fleet is. Each key gives way to its option and its variable:
+    --executor / $KILN_EXECUTOR, --scheduler / $KILN_SCHEDULER, --handoff / $KILN_HANDOFF,
+    --worker-memory / $KILN_WORKER_MEMORY."""
+
+    engine: Literal["local", "dask"] | None = None
+    """'local' (shards as processes on this machine, the default) or 'dask' (tasks on a
+    Dask cluster)."""
+    scheduler: SchedulerAddress | None = None
+    """dask: the scheduler's address, 'tcp://HOST:PORT'."""
+    handoff: Filled | None = None
+    """dask: a directory every worker sees at the same path (absolute, or relative to the
+    recipe file) for the shard archives, the source bundle and the wheel. Without it the
+    shards hand over through the remote cache storage (cache.remote or --remote)."""
+    worker_memory: int | None = Field(default=None, ge=1, le=MAX_WORKER_MEMORY_GB)
+    """dask: GB of the workers' MEM_GB resource each task asks for."""
+
+    @model_validator(mode="after")
+    def _dask_keys_need_dask(self) -> ExecutorConfig:
+        given = [k for k in ("scheduler", "handoff", "worker_memory") if getattr(self, k) is not None]
+        if self.engine == "local" and given:
+            raise ValueError(
+                f"'executor.{given[0]}' applies only with executor.engine = 'dask', and "
+                "this recipe says 'local'"
+            )
+        return self
+
+
 class Recipe(_Model):
     """One package's build description."""
 
@@ -408,3 +448,5 @@ class Recipe(_Model):
     """Wheel verification."""
     cache: CacheSettings = Field(default_factory=CacheSettings)
     """Compiler cache settings."""
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    """The engine of sharded builds, and its fleet."""
