@@ -97,3 +97,57 @@ def test_the_link_job_names_a_handoff_it_cannot_read_from_its_storage() -> None:
         "shard 1/2 stored its entries under namespace 'kiln-run1', and this link job reads "
         f"namespace 'other'; not merged ({WHERE})"
     )
+
+
+def test_a_shard_whose_entries_did_not_reach_the_remote_fails_its_gate_saying_why() -> None:
+    from wheelkiln.cache.remote import RemotePlan, RemoteStatus
+    from wheelkiln.shard.job import remote_handoff_problems
+
+    url = "redis://cache:6379"
+    assert remote_handoff_problems(RemotePlan(url, (RemoteStatus(url, True),))) == []
+    down = RemotePlan(None, (RemoteStatus(url, False, "connection refused"),))
+    assert remote_handoff_problems(down) == [
+        f"remote cache storage {url} was unreachable (connection refused): this shard's "
+        "entries are not on it"
+    ]
+    failing = RemotePlan(url, (RemoteStatus(url, True, errors=2),))
+    assert remote_handoff_problems(failing) == [
+        f"remote cache storage {url} failed 2 time(s) during the build: some of this shard's "
+        "entries may not be on it"
+    ]
+    assert remote_handoff_problems(None) == [
+        "no remote cache storage was used, so this shard's entries are nowhere"
+    ]
+
+
+def test_kiln_shard_handoff_remote_without_a_remote_is_refused_before_building(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from wheelkiln.cli import cli
+    from wheelkiln.errors import UsageError
+
+    (tmp_path / "pkg").mkdir()
+    recipe = tmp_path / "pkg.toml"
+    recipe.write_text('name = "pkg"\n[source]\npath = "pkg"\n[matrix]\npython = ["3.11"]\n')
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
+    result = CliRunner().invoke(
+        cli, ["shard", str(recipe), "--index", "0", "--count", "2", "--handoff", "remote",
+              "--out", str(tmp_path / "out")], env={"KILN_REMOTE": None})
+    assert isinstance(result.exception, UsageError)
+    assert result.exception.message == "--handoff remote needs remote cache storage, and none is set."
+    assert not (tmp_path / "home" / "work").exists()
+
+
+def test_a_read_only_remote_cannot_take_a_shards_entries() -> None:
+    from wheelkiln.errors import UsageError
+    from wheelkiln.shard.job import check_remote_handoff
+
+    check_remote_handoff("redis://cache:6379")
+    with pytest.raises(UsageError) as caught:
+        check_remote_handoff("file:/mnt/a redis://:pw@cache:6379|read-only")
+    assert caught.value.message == (
+        "--handoff remote: the remote cache storage redis://:***@cache:6379|read-only is "
+        "read-only, so this shard could not store its entries there."
+    )

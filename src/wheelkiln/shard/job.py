@@ -24,7 +24,7 @@ from wheelkiln.builder.record import build_record
 from wheelkiln.cache.archive import pack
 from wheelkiln.cache.backend import TUOutcome
 from wheelkiln.cache.manifest import MANIFEST_SCHEMA
-from wheelkiln.cache.remote import shown, split_remote
+from wheelkiln.cache.remote import RemotePlan, shown, split_remote
 from wheelkiln.cells import (
     Cell,
     shard_archive,
@@ -131,17 +131,36 @@ class ShardResult:
     record: dict[str, Any]
 
 
-def remote_handoff_problems(outcome: BuildOutcome) -> list[str]:
-    """Why a shard that hands over through remote storage did not put its entries there:
-    the storage was left out as unreachable, or failed during the build. Such a shard
-    fails its gate: the link job would miss what never arrived."""
-    statuses = outcome.remote.statuses if outcome.remote is not None else ()
+def remote_handoff_problems(remote: RemotePlan | None) -> list[str]:
+    """Why a shard that hands over through remote storage did not put its entries there
+    (*remote*: its build's stores, as they went): the storage was left out as
+    unreachable, or failed during the build. Such a shard fails its gate: the link job
+    would miss what never arrived."""
+    statuses = remote.statuses if remote is not None else ()
     troubles = [trouble for status in statuses if (trouble := status.trouble())]
-    if outcome.remote is None or outcome.remote.usable is None:
+    if remote is None or remote.usable is None:
         return [f"{trouble}: this shard's entries are not on it" for trouble in troubles] or [
             "no remote cache storage was used, so this shard's entries are nowhere"
         ]
     return [f"{trouble}: some of this shard's entries may not be on it" for trouble in troubles]
+
+
+def check_remote_handoff(remote: str | None) -> None:
+    """A shard that hands over through remote storage needs one it can write to."""
+    if not remote:
+        raise UsageError(
+            "--handoff remote needs remote cache storage, and none is set.",
+            hint="Give --remote URL (or $KILN_REMOTE, or the recipe's cache.remote), or "
+            "hand over an archive (--handoff archive).",
+        )
+    # ccache's attribute: such a store serves reads only, so nothing would be handed over.
+    read_only = [url for url in split_remote(remote) if "read-only" in url.split("|")[1:]]
+    if read_only:
+        raise UsageError(
+            f"--handoff remote: the remote cache storage {shown(read_only[0])} is read-only, "
+            "so this shard could not store its entries there.",
+            hint="Drop '|read-only' from the shard job's remote URL (the link job may keep it).",
+        )
 
 
 def run_shard(
@@ -160,12 +179,8 @@ def run_shard(
     over: packed into an archive (*handoff* ``archive``), or stored on the remote cache
     storage as it compiled, with a handoff file for the link job (``remote``)."""
     recipe = loaded.recipe
-    if handoff == "remote" and not configured_remote(loaded, options):
-        raise UsageError(
-            "--handoff remote needs remote cache storage, and none is set.",
-            hint="Give --remote URL (or $KILN_REMOTE, or the recipe's cache.remote), or "
-            "hand over an archive (--handoff archive).",
-        )
+    if handoff == "remote":
+        check_remote_handoff(configured_remote(loaded, options))
     if not 0 <= index < count:
         raise UsageError(
             f"--index {index} is outside 0..{count - 1} for --count {count}.",
@@ -226,7 +241,7 @@ def run_shard(
     objects = find_objects([job_dir / "build", tree])
     expected = _slice_compiles(outcome, job_dir / "build", index, count, partition, partition_map)
     gate = shard_gate(outcome.exit_code, outcome.log_text, objects, records, expected)
-    if handoff == "remote" and (problems := remote_handoff_problems(outcome)):
+    if handoff == "remote" and (problems := remote_handoff_problems(outcome.remote)):
         gate = replace(gate, passed=False, reasons=(*gate.reasons, *problems))
     fingerprint = toolchain_fingerprint(loaded, cell, outcome.versions)
     stats = outcome.stats.as_dict() if outcome.stats is not None else {}
