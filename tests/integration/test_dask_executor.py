@@ -5,8 +5,9 @@ with its own ``KILN_HOME`` and ``KILN_STATE_HOME``: its own trees, caches, sourc
 builder lock and unpacked bundles. Only their build environments are shared on purpose
 with the test session's home (an environment is keyed by its requirements and
 interpreter, its creation is locked, and builds only read it): making them again per
-worker would cost about a minute of the CI budget. The handoff directory is a plain
-directory, as an NFS mount would be.
+worker would cost about a minute of the CI budget. The caches are handed over through a
+live Valkey (tests/servers.py), or through a handoff directory: a plain directory, as an
+NFS mount would be.
 
 The kill tests look at the scheduler's view (which worker is processing a shard's
 task) and SIGKILL that worker's process, as a lost machine would end it; its nanny
