@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -73,6 +74,17 @@ def test_two_spellings_of_one_resolution_share_one_environment(tmp_path: Path) -
     found = existing_environment(tmp_path / "b", PYTHON, ["pip"], envs)
     assert found is not None and found.path == first.path
     assert existing_environment(tmp_path / "b", PYTHON, ["pip", "wheel"], envs) is None
+    # Bytecode was compiled in the staging venv and moved with it: it is used, and its
+    # code names the files where they are now.
+    site = next(first.path.glob("lib/python3*/site-packages"))
+    assert list((site / "pip" / "__pycache__").glob("__init__.cpython-*.pyc"))
+    code = "import pip._internal.cli.main as m; print(m.__cached__, m.main.__code__.co_filename)"
+    cached, filename = subprocess.run(
+        [str(first.python), "-c", code], capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    ).stdout.split()  # fmt: skip
+    assert Path(cached).is_file()
+    assert filename == str(site / "pip" / "_internal" / "cli" / "main.py")
 
 
 @pytest.mark.slow  # pip resolves through this machine's pip.conf indexes: about a minute

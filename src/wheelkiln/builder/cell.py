@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wheelkiln import run, ui
-from wheelkiln.builder import cmake_id
+from wheelkiln.builder import cmake_id, frontend, meson_sanity
 from wheelkiln.builder.backend import backend_settings, frontend_arguments
 from wheelkiln.builder.environment import (
     BuildEnvironment,
@@ -136,6 +136,7 @@ def build_cell(
     tree = job_dir / "src"
     title = f"{cell.id} {options.job.suffix}".rstrip()
     check_recipe_env(recipe.build.env, loaded.path)  # before any work
+    mode = frontend.frontend_mode(os.environ)
     # Refused before any work when absent; a job's toolchain has it already.
     linker = (
         {} if toolchain is not None else linker_versions(recipe.build.linker, loaded.path, os.environ)
@@ -226,6 +227,13 @@ def build_cell(
     check_nvcc_flags(env)
     dist = job_dir / "dist"
     dist.mkdir()
+    sanity_marker = None
+    if system.kind == "meson":
+        sanity_marker = kiln_home() / "meson-sanity" / meson_sanity.sanity_key(
+            env, environment.path, backend.config_settings
+        )
+        skip = meson_sanity.skip_settings(sanity_marker, job_dir / "kiln-meson-native.ini")
+        backend = replace(backend, config_settings=(*backend.config_settings, *skip))
     settings = frontend_arguments(recipe.build.frontend, backend.config_settings)
     if recipe.build.frontend == "pip":
         argv = [
@@ -278,7 +286,21 @@ def build_cell(
             quiet=options.job.quiet,
         ) as shown:
             started = time.perf_counter()
-            done = run.run_logged(argv, log_path=log_path, cwd=tree, env=env, on_line=shown.line)
+            if mode == "hook":
+                done = frontend.build_wheel(
+                    environment.python,
+                    tree,
+                    system,
+                    backend.config_settings,
+                    dist,
+                    log_path=log_path,
+                    env=env,
+                    on_line=shown.line,
+                )
+            else:
+                done = run.run_logged(
+                    argv, log_path=log_path, cwd=tree, env=env, on_line=shown.line
+                )
             wall = time.perf_counter() - started
         stats = cache.stats() if cache is not None else None
         if remote is not None and stats is not None:
@@ -289,6 +311,8 @@ def build_cell(
             cache.stop()
     if kept_identification is not None and done.returncode == 0:
         cmake_id.keep(*kept_identification, job_dir / "build")
+    if sanity_marker is not None and done.returncode == 0:
+        meson_sanity.mark(sanity_marker)
     wheels = sorted(dist.glob("*.whl"))
     facts = inspect_wheel(wheels[0]) if done.returncode == 0 and wheels else None
     return BuildOutcome(

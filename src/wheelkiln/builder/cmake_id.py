@@ -74,6 +74,26 @@ def _identity(program: str) -> str:
     return f"{real}\n{output}"
 
 
+def compiler_identities(
+    environ: Mapping[str, str],
+    names: Sequence[str] = COMPILER_NAMES,
+    variables: Sequence[str] = COMPILER_VARIABLES,
+) -> dict[str, str]:
+    """Each compiler a build system may pick, by name on the build's PATH or by
+    variable: its resolved path and ``--version`` output, or 'absent'."""
+    path = environ.get("PATH", os.defpath)
+    compilers: dict[str, str] = {}
+    for name in names:
+        found = shutil.which(name, path=path)
+        compilers[name] = _identity(found) if found else "absent"
+    for variable in variables:
+        value = environ.get(variable)
+        if value:
+            program = shutil.which(value.split()[0], path=path)
+            compilers[variable] = f"{value}\n{_identity(program) if program else 'absent'}"
+    return compilers
+
+
 def identification_key(
     cmake: str,
     version: str,
@@ -82,16 +102,7 @@ def identification_key(
     config_settings: Sequence[tuple[str, str]],
 ) -> str:
     """The digest of everything CMake's compiler identification reads (module doc)."""
-    path = environ.get("PATH", os.defpath)
-    compilers: dict[str, str] = {}
-    for name in COMPILER_NAMES:
-        found = shutil.which(name, path=path)
-        compilers[name] = _identity(found) if found else "absent"
-    for variable in COMPILER_VARIABLES:
-        value = environ.get(variable)
-        if value:
-            program = shutil.which(value.split()[0], path=path)
-            compilers[variable] = f"{value}\n{_identity(program) if program else 'absent'}"
+    compilers = compiler_identities(environ)
     read = {
         k: v
         for k, v in sorted(environ.items())

@@ -263,7 +263,9 @@ class Build(_Model):
     """How one cell is built."""
 
     frontend: Literal["pip", "build"] = "pip"
-    """The PEP 517 frontend: 'pip' (pip wheel) or 'build' (python -m build)."""
+    """The PEP 517 frontend, 'pip' (pip wheel) or 'build' (python -m build), run when
+    KILN_FRONTEND=process. By default kiln calls the backend's build_wheel hook itself,
+    as either would without isolation, minus their own start."""
     requires: tuple[Argument, ...] = _array()
     """Extra build requirements or pins, added to the package's build-system.requires."""
     env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=1024)
