@@ -114,15 +114,33 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> Iterator
     running.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def one_worker() -> Iterator[tuple[str, str]]:
-    """A scheduler with one in-process worker offering builder=1: (scheduler, worker)."""
+    """A scheduler with one in-process worker offering builder=1: (scheduler, worker).
+    Shared by the module's tests, none of which changes it."""
     from distributed import LocalCluster
 
     with LocalCluster(host="127.0.0.1", protocol="tcp", n_workers=1, threads_per_worker=1,
                       processes=False,
                       dashboard_address=":0", resources={"builder": 1}) as cluster:
         yield cluster.scheduler_address, next(iter(cluster.scheduler_info["workers"]))
+
+
+def test_a_scattered_bundle_whose_every_copy_was_lost_is_sent_again(
+    one_worker: tuple[str, str],
+) -> None:
+    from distributed import Client
+
+    from wheelkiln.executors.dask import ScatteredBundle
+
+    with Client(one_worker[0], set_as_default=False) as client:
+        sent = ScatteredBundle(client, b"the bundle")
+        first = sent.ref()
+        assert sent.ref() is first and first.result() == b"the bundle"
+        client.cancel([first])  # as the scheduler marks data whose last holder died
+        wait_until(lambda: first.status != "finished", "the copy is gone", 10)
+        again = sent.ref()
+        assert again is not first and again.result() == b"the bundle"
 
 
 def kill_during(fleet: Fleet, job: str, times: int, after: float) -> threading.Thread:

@@ -875,12 +875,13 @@ class DaskExecutor:
                 run_dir: Path | None = fleet.handoff.resolve() / run_id
                 assert run_dir is not None
                 bundle = pack_bundle(job.loaded, run_dir)
-                sent: Any = bundle.path
+                sent: Callable[[], Any] = SharedBundle(bundle.path).ref
                 where = f"handoff in {run_dir}"
             else:
                 run_dir = None
                 namespace = run_namespace(namespace, run_id)
-                bundle, sent = _scatter_bundle(client, job.loaded)
+                bundle, scattered = _scatter_bundle(client, job.loaded)
+                sent = scattered.ref
                 where = f"handoff through {shown(remote or '')} under namespace {namespace}"
             plan = Plan(
                 run_id=run_id,
@@ -928,8 +929,37 @@ class DaskExecutor:
         )
 
 
-def _scatter_bundle(client: Client, loaded: LoadedRecipe) -> tuple[Bundle, Future]:
-    """The source bundle, sent to the workers by Dask (there is no shared directory)."""
+@dataclass(frozen=True)
+class SharedBundle:
+    """A source bundle on the shared handoff directory: each task gets its path."""
+
+    path: Path
+
+    def ref(self) -> Path:
+        return self.path
+
+
+@dataclass
+class ScatteredBundle:
+    """A source bundle sent to the workers by Dask (there is no shared directory).
+
+    A copy goes to each worker, straight from the client: scattered data cannot be made
+    again, so a lost worker must not take the only copy. Dask keeps at least one copy
+    per worker that waits for it, and may drop the others while no task waits (between
+    the shards and the link task); a bundle whose every copy was lost is sent again."""
+
+    client: Client
+    blob: bytes
+    future: Future = None
+
+    def ref(self) -> Future:
+        if self.future is None or self.future.status != "finished":
+            self.future = self.client.scatter(self.blob, hash=False, broadcast=True)
+        return self.future
+
+
+def _scatter_bundle(client: Client, loaded: LoadedRecipe) -> tuple[Bundle, ScatteredBundle]:
+    """The source bundle, packed and checked for size, to be sent by Dask."""
     with tempfile.TemporaryDirectory(prefix="kiln-bundle-") as scratch:
         bundle = pack_bundle(loaded, Path(scratch))
         size = bundle.path.stat().st_size
@@ -941,21 +971,20 @@ def _scatter_bundle(client: Client, loaded: LoadedRecipe) -> tuple[Bundle, Futur
                 "leave build outputs out of the tree with the recipe's source.exclude.",
             )
         blob = bundle.path.read_bytes()
-    # Straight to the workers (the client connects to them directly), a copy on each:
-    # scattered data cannot be made again, so a lost worker must not take the only one.
-    return bundle, client.scatter(blob, hash=False, broadcast=True)
+    return bundle, ScatteredBundle(client, blob)
 
 
 def _run(
     client: Client,
     plan: Plan,
-    bundle: Any,
+    bundle: Callable[[], Any],
     need: dict[str, float],
     out_dir: Path,
     started: float,
     on_views: Callable[[list[TaskView]], None] | None,
 ) -> tuple[list[ShardRun], LinkRun | None, KilnError | None, float]:
-    """Submit the shard tasks, wait with a live table, then the link task."""
+    """Submit the shard tasks, wait with a live table, then the link task. *bundle*
+    gives what each task gets as its source bundle (its path, or Dask's future of it)."""
     count = plan.count
     views = {f"shard-{i}": TaskView(shard_label(i, count)) for i in range(count)}
     views["link"] = TaskView("link")
@@ -969,7 +998,7 @@ def _run(
         futures[job] = client.submit(
             function,
             plan,
-            bundle,
+            bundle(),
             *args,
             key=f"kiln-{plan.run_id}-{job}",
             resources=need,
