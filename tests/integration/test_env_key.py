@@ -249,9 +249,10 @@ def test_callers_ccache_settings_never_reach_kiln_compiles(tmp_path: Path) -> No
     assert shown["hash_dir"] == ("environment", "false")
     assert shown["depend_mode"] == ("environment", "true")
     assert shown["compiler_check"] == ("environment", "%compiler% --version")
+    assert shown["sloppiness"] == ("environment", "include_file_ctime")  # not the caller's
     # Nothing else comes from the caller's environment or a configuration file.
     kiln_keys = {"cache_dir", "base_dir", "hash_dir", "depend_mode", "compiler_check",
-                 "max_size"}  # fmt: skip
+                 "max_size", "sloppiness"}  # fmt: skip
     foreign = {
         key: origin_value
         for key, origin_value in shown.items()

@@ -10,6 +10,15 @@ The settings here are part of correctness, not tuning:
   directories (shards, link job, two checkouts) share entries.
 * ``compiler_check`` by the compiler's ``--version`` output: nvcc on PATH may be a
   wrapper script whose mtime never changes when the toolkit behind it does.
+* ``sloppiness = include_file_ctime``: ccache stores nothing for a compile whose
+  headers' ctime is later than its start (``modified_input_file``), to catch a header
+  written during the compile. A write moves the mtime too, which is still checked. But a
+  ctime also moves when a hard link to the file is made or removed, and uv installs
+  every build environment's files as hard links into its own cache: each environment
+  made or deleted anywhere on the machine touches the ctime of every header it shares.
+  Measured here: pybind11's headers had 27 links, another environment was made during a
+  compile, and ``module.cpp`` was compiled but not stored; in a shard that is a miss
+  the link job's gate fails on.
 * no configuration file: ``CCACHE_CONFIGPATH`` names an empty one, so neither
   ``/etc/ccache.conf`` nor a ``ccache.conf`` in the cache directory (which a shard
   archive could carry) adds settings, and the caller's ``CCACHE_*`` variables are
@@ -82,6 +91,7 @@ class Ccache:
             "CCACHE_NOHASHDIR": "1",
             "CCACHE_COMPILERCHECK": "%compiler% --version",
             "CCACHE_DEPEND": "1",
+            "CCACHE_SLOPPINESS": "include_file_ctime",
             "CCACHE_MAXSIZE": os.environ.get("CCACHE_MAXSIZE", "20G"),
         }
         if config.namespace:
