@@ -116,6 +116,49 @@ def c_extension(name: str, tus: int = 4, *, module: str | None = None) -> Projec
     return Project(name, files, expected=sum(10 * i for i in range(1, tus)))
 
 
+def pybind11_extension(name: str, tus: int = 3) -> Project:
+    """A setuptools package whose C++ TUs include a header from a build requirement in
+    the build environment: ``src/part1.cpp``..``src/part<tus-1>.cpp`` include pybind11's
+    ``detail/common.h`` (by ``pybind11.get_include()``), its cheapest header to compile
+    (about a second, where ``pybind11.h`` costs seven here), and return
+    ``part<i>() = 10 * i``; ``src/core.cpp`` is a plain C-API module whose ``total()``
+    returns their sum (``expected``)."""
+    module = name.replace("-", "_")
+    parts = [f"src/part{i}.cpp" for i in range(1, tus)]
+    declarations = "".join(f'extern "C" int part{i}();\n' for i in range(1, tus))
+    total = " + ".join(f"part{i}()" for i in range(1, tus)) or "0"
+    files = {
+        "pyproject.toml": (
+            '[build-system]\nrequires = ["setuptools>=64", "pybind11>=2.12"]\n'
+            'build-backend = "setuptools.build_meta"\n'
+            f'[project]\nname = "{name}"\nversion = "0.1"\n'
+        ),
+        "setup.py": (
+            "import pybind11\n"
+            "from setuptools import setup, Extension\n"
+            f"setup(ext_modules=[Extension('{module}._core', ['src/core.cpp', *{parts!r}],\n"
+            "                             include_dirs=[pybind11.get_include()],\n"
+            "                             language='c++')],\n"
+            f"      packages=['{module}'], package_dir={{'': 'src'}})\n"
+        ),
+        f"src/{module}/__init__.py": f"from {module}._core import total\n",
+        "src/core.cpp": (
+            "#include <Python.h>\n" + declarations
+            + "static PyObject *total(PyObject *, PyObject *) "
+            f"{{ return PyLong_FromLong({total}); }}\n"
+            'static PyMethodDef methods[] = {{"total", total, METH_NOARGS, 0}, {0}};\n'
+            'static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_core", 0, -1, methods};\n'
+            'extern "C" PyMODINIT_FUNC PyInit__core(void) { return PyModule_Create(&module); }\n'
+        ),
+    }
+    for i in range(1, tus):
+        files[f"src/part{i}.cpp"] = (
+            "#include <pybind11/detail/common.h>\n"
+            f'extern "C" int part{i}() {{ return PYBIND11_VERSION_MAJOR > 0 ? {i * 10} : 0; }}\n'
+        )
+    return Project(name, files, expected=sum(10 * i for i in range(1, tus)))
+
+
 def setup_py_only(name: str, setup_py: str) -> Project:
     """A legacy setuptools package: a ``setup.py`` and nothing else (no pyproject.toml),
     for tests whose point is what ``setup.py`` sees while it runs."""

@@ -31,6 +31,18 @@ def envs_dir() -> Path:
     return (kiln_home() / "envs").resolve()
 
 
+ENVS_VIEW = ".envs"
+
+
+def envs_view(workdir: Path) -> Path:
+    """Where builds in *workdir* see the build environments (links to ``envs_dir()``):
+    inside the compiler cache's base directory, so an environment's path is written
+    relative to the compile and is the same in every home
+    (:meth:`wheelkiln.builder.environment.BuildEnvironment.seen_from`). A dot name: no
+    job directory (a cell id) is spelled so."""
+    return workdir / ENVS_VIEW
+
+
 def smoke_envs_dir() -> Path:
     """Smoke-test venvs: the build interpreter plus a wheel's runtime requirements."""
     return kiln_home() / "smoke-envs"

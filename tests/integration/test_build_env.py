@@ -38,15 +38,17 @@ def test_build_sees_placeholders_jobs_and_no_foreign_cache_settings(
     )  # fmt: skip
     report = json.loads(result.stdout)
     seen = json.loads(installed(report["wheel"]["path"], "import envseen; print(envseen.SEEN)"))
-    build_env = report["build_env"]
-    site = next(Path(build_env).glob("lib/python3*/site-packages"))
+    # The build sees its environment through the workdir (the record names the real one).
+    build_env = (tmp_path / "w").resolve() / ".envs" / Path(report["build_env"]).name
+    assert build_env.resolve() == Path(report["build_env"])
+    site = next(build_env.glob("lib/python3*/site-packages"))
     assert seen == {
         "NCCL_ROOT": f"{site}/nvidia/nccl",
-        "ENV_ROOT": build_env,
+        "ENV_ROOT": str(build_env),
         "MAX_JOBS": "3",  # --jobs over the recipe's MAX_JOBS and the caller's
         "CMAKE_BUILD_PARALLEL_LEVEL": "3",
         "CCACHE_DISABLE": None,
-        "CCACHE_SLOPPINESS": None,
+        "CCACHE_SLOPPINESS": "include_file_ctime",  # kiln's, not the caller's
         "CCACHE_CONFIGPATH": "/dev/null",
     }
 

@@ -2,10 +2,10 @@
 
 The cluster is a ``distributed.LocalCluster`` with two worker processes (nannies), each
 with its own ``KILN_HOME`` and ``KILN_STATE_HOME``: its own trees, caches, sources,
-builder lock and unpacked bundles. Only their build environments are shared on purpose
-with the test session's home (an environment is keyed by its requirements and
-interpreter, its creation is locked, and builds only read it): making them again per
-worker would cost about a minute of the CI budget. The caches are handed over through a
+builder lock, unpacked bundles and build environments, at paths that differ as two
+machines' homes would. The link job still sees zero misses: a build sees its
+environment through its workdir, so the environment's path is the same in every home's
+cache keys (tests/integration/test_cross_home.py). The caches are handed over through a
 live Valkey (tests/servers.py), or through a handoff directory: a plain directory, as an
 NFS mount would be.
 
@@ -45,7 +45,7 @@ TINY_CELL = "kiln-tiny-py3.11-linux-x86_64"
 class Fleet:
     """A LocalCluster with per-worker homes, and a client to watch and kill its workers."""
 
-    def __init__(self, root: Path, session_home: Path) -> None:
+    def __init__(self, root: Path) -> None:
         from distributed import Client, LocalCluster, Nanny
 
         self.cluster = LocalCluster(
@@ -55,8 +55,6 @@ class Fleet:
         for index in range(2):
             home = root / f"worker{index}"
             (home / "home").mkdir(parents=True)
-            (session_home / "envs").mkdir(exist_ok=True)
-            (home / "home" / "envs").symlink_to(session_home / "envs")
             self.homes.append(home)
             self.cluster.worker_spec[f"builder-{index}"] = {
                 "cls": Nanny,
@@ -107,9 +105,9 @@ def _executing(dask_worker: Any) -> list[str]:
 
 
 @pytest.fixture
-def fleet(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> Iterator[Fleet]:
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """A fleet per test: a test that kills workers leaves nothing behind for the next."""
-    running = Fleet(tmp_path_factory.mktemp("fleet"), kiln_home)
+    running = Fleet(tmp_path_factory.mktemp("fleet"))
     yield running
     running.close()
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from wheelkiln.builder.environment import (
+    BuildEnvironment,
     Installer,
     _request_key,
     _satisfied,
@@ -70,3 +71,30 @@ def test_installer_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ToolNotFoundError) as missing:
         choose_installer({"KILN_INSTALLER": "uv"})
     assert missing.value.message.startswith("KILN_INSTALLER=uv, but no uv was found")
+
+
+def _made(envs: Path, key: str) -> BuildEnvironment:
+    (envs / key / "bin").mkdir(parents=True)
+    (envs / key / "bin" / "python").write_text("")
+    return BuildEnvironment(envs / key, ("pybind11",))
+
+
+def test_a_build_sees_its_environment_through_the_workdir_at_its_key(tmp_path: Path) -> None:
+    environment = _made(tmp_path / "home" / "envs", "0d1b2e00dbb51309")
+    views = tmp_path / "work" / ".envs"
+    seen = environment.seen_from(views)
+    assert seen == BuildEnvironment(views / "0d1b2e00dbb51309", ("pybind11",))
+    assert seen.python == views / "0d1b2e00dbb51309" / "bin" / "python"
+    assert (views / "0d1b2e00dbb51309").readlink() == environment.path
+    assert seen.python.is_file()
+    assert environment.seen_from(views) == seen  # again: the link is kept
+    assert sorted(p.name for p in views.iterdir()) == ["0d1b2e00dbb51309"]
+
+
+def test_a_view_left_by_another_home_is_pointed_at_this_one(tmp_path: Path) -> None:
+    views = tmp_path / "work" / ".envs"
+    _made(tmp_path / "a" / "envs", "k").seen_from(views)
+    mine = _made(tmp_path / "b" / "envs", "k")
+    mine.seen_from(views)
+    assert (views / "k").readlink() == mine.path
+    assert sorted(p.name for p in views.iterdir()) == ["k"]  # no staged link left

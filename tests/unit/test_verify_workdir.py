@@ -32,6 +32,18 @@ def test_a_config_file_naming_the_work_directory_fails(tmp_path: Path) -> None:
     check_no_work_directory(_wheel(tmp_path / "b.whl", {"pkg/__config__.py": stable}), [work])
 
 
+def test_the_build_environment_seen_through_the_work_directory_is_not_a_job(
+    tmp_path: Path,
+) -> None:
+    # numpy's __config__.py records the build's interpreter: the same in every job.
+    work = tmp_path / "work"
+    python = f'PYTHON = "{work}/.envs/0d1b2e00dbb51309/bin/python"\n'.encode()
+    check_no_work_directory(_wheel(tmp_path / "e.whl", {"pkg/__config__.py": python}), [work])
+    both = python + f'CC = "{work}/cell-link/kiln-bin/cc"\n'.encode()
+    with pytest.raises(BuildError, match=r"pkg/__config__\.py"):
+        check_no_work_directory(_wheel(tmp_path / "f.whl", {"pkg/__config__.py": both}), [work])
+
+
 @pytest.mark.compile
 def test_debug_info_is_not_searched_but_an_rpath_is(tmp_path: Path) -> None:
     work = tmp_path / "work"

@@ -42,7 +42,14 @@ from wheelkiln.cache.backend import CacheBackend, CacheConfig, CacheStats, TUOut
 from wheelkiln.cache.registry import make_backend
 from wheelkiln.cache.remote import RemotePlan, plan_remote
 from wheelkiln.cells import Cell
-from wheelkiln.paths import default_cache_dir, envs_dir, kiln_home, resolve_workdir, sources_dir
+from wheelkiln.paths import (
+    default_cache_dir,
+    envs_dir,
+    envs_view,
+    kiln_home,
+    resolve_workdir,
+    sources_dir,
+)
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.settings import BuildOptions
 from wheelkiln.wheels.facts import WheelFacts, inspect_wheel
@@ -161,11 +168,14 @@ def build_cell(
             envs_dir(),
             config_settings=recipe.build.config_settings,
         )
+        # What the build runs and is told about the environment goes through the view,
+        # so its path is the same in every home (the record keeps the real one).
+        seen = environment.seen_from(envs_view(workdir))
     remote = plan_remote(configured_remote(loaded, options)) if options.cache != "none" else None
     cache = make_cache(loaded, options, workdir, job_dir, remote=remote.usable if remote else None)
     launch = Launch(cache.executable() if cache else None, seat_wrapper=options.job.seat_wrapper)
     env = inherited_environment(os.environ)
-    recipe_env = expand_recipe_env(recipe.build.env, environment.path, loaded.path)
+    recipe_env = expand_recipe_env(recipe.build.env, seen.path, loaded.path)
     env.update(recipe_env)
     jobs = resolve_jobs(options.jobs, recipe.build.jobs, recipe_env, os.environ, loaded.path)
     env.update(jobs_environment(jobs.jobs))
@@ -193,14 +203,14 @@ def build_cell(
         system.kind,
         job_dir / "kiln-bin",
         cuda_home_nvcc=recipe.build.cuda_home_nvcc,
-        build_env=environment.path,
+        build_env=seen.path,
     )
     prepend = tool_env.pop("KILN_PATH_PREPEND", None)
     if "CMAKE_ARGS" in tool_env and env.get("CMAKE_ARGS"):  # the user's or recipe's go first
         tool_env["CMAKE_ARGS"] = merge_cmake_args(env["CMAKE_ARGS"], tool_env["CMAKE_ARGS"])
     env.update(tool_env)
     if recipe.build.linker != "default":
-        cmake = cmake_version(environment.path, env) if system.kind == "cmake" else None
+        cmake = cmake_version(seen.path, env) if system.kind == "cmake" else None
         env.update(linker_environment(recipe.build.linker, system.kind, env, cmake=cmake))
     env.update(options.job.extra_env)
     cython_log = job_dir / cython_cache.LOG_NAME
@@ -218,11 +228,12 @@ def build_cell(
                 log_path=str(cython_log),
                 package_root=str(tree),
                 build_dir=str(backend.build_dir or job_dir / "build"),
+                envs_dir=str(envs_view(workdir)),
                 recache=options.recache,
             )
         )
     env["PATH"] = os.pathsep.join(
-        [p for p in (*cython_path, prepend, str(environment.bin_dir), env.get("PATH", "")) if p]
+        [p for p in (*cython_path, prepend, str(seen.bin_dir), env.get("PATH", "")) if p]
     )
     check_nvcc_flags(env)
     dist = job_dir / "dist"
@@ -237,7 +248,7 @@ def build_cell(
     settings = frontend_arguments(recipe.build.frontend, backend.config_settings)
     if recipe.build.frontend == "pip":
         argv = [
-            str(environment.python),
+            str(seen.python),
             "-m",
             "pip",
             "wheel",
@@ -251,7 +262,7 @@ def build_cell(
         ]
     else:
         argv = [
-            str(environment.python),
+            str(seen.python),
             "-m",
             "build",
             "--wheel",
@@ -288,7 +299,7 @@ def build_cell(
             started = time.perf_counter()
             if mode == "hook":
                 done = frontend.build_wheel(
-                    environment.python,
+                    seen.python,
                     tree,
                     system,
                     backend.config_settings,

@@ -138,6 +138,38 @@ class BuildEnvironment:
         record = self.path / "kiln-env.json"
         return str(json.loads(record.read_text()).get("freeze", "")) if record.exists() else ""
 
+    def seen_from(self, views: Path) -> BuildEnvironment:
+        """This environment as a build sees it: ``views/<key>``, a symlink to it.
+
+        The environment's path reaches the compile command lines (``-I`` to its headers,
+        pybind11's and torch's include directories, setuptools' ``<env>/include``) and the
+        dependency files the compiler cache keeps. Under ``$KILN_HOME/envs`` that path
+        names the home, so builders whose homes differ missed each other's entries.
+        *views* lies inside the cache's base directory (the workdir), so the cache writes
+        these paths relative to the compile's directory, ``../../.envs/<key>/...`` from
+        any job tree, in every home and every workdir. The key stays in the path: two
+        environments with different locks are two different include paths.
+
+        Python keeps the path it was started by (a venv's ``sys.prefix`` is its
+        unresolved directory), so what the build asks its interpreter for (``sysconfig``,
+        ``pybind11.get_include()``, ``torch.utils.cpp_extension.include_paths()``)
+        answers under the view. The link is made anew when it points elsewhere (another
+        home's environment of the same key holds the same lock), by an atomic rename, as
+        parallel shard jobs share the workdir.
+        """
+        view = views / self.path.name
+        try:
+            if view.readlink() == self.path:
+                return BuildEnvironment(view, self.requirements)
+        except OSError:
+            pass  # absent, or not a link: (re)made below
+        views.mkdir(parents=True, exist_ok=True)
+        staged = views / f".{self.path.name}.{os.getpid()}.link"
+        staged.unlink(missing_ok=True)
+        staged.symlink_to(self.path, target_is_directory=True)
+        staged.replace(view)
+        return BuildEnvironment(view, self.requirements)
+
 
 def interpreter_for(python_version: str) -> str:
     """The real interpreter for a cell's python (never the pyenv shim)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -34,7 +35,7 @@ from wheelkiln.builder.cell import BuildOutcome
 from wheelkiln.builder.environment import environment_key, interpreter_for
 from wheelkiln.cells import NO_TORCH, Cell
 from wheelkiln.errors import BuildError
-from wheelkiln.paths import smoke_envs_dir
+from wheelkiln.paths import ENVS_VIEW, smoke_envs_dir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.recipe.model import Verify
 from wheelkiln.wheels.facts import EMPTY_SHA256, WheelFacts, check_wheel
@@ -259,17 +260,22 @@ def check_no_work_directory(wheel: Path, work_dirs: Sequence[Path]) -> None:
     A wheel that names one ships the build machine's layout: meson's ``__config__.py``
     recorded ``<workdir>/<cell>/kiln-bin/cc``, so the sharded wheel (from the link job's
     directory) differed from the unsharded one. Debug sections are not searched
-    (:func:`_blank_debug_sections`).
+    (:func:`_blank_debug_sections`), nor the build environments as the build sees them
+    (``<workdir>/.envs/<key>``, :func:`wheelkiln.paths.envs_view`): an environment's
+    path is the same in every job of the workdir, as ``$KILN_HOME/envs`` was before.
     """
-    needles = {str(path).encode() for path in work_dirs}
-    needles |= {os.path.realpath(path).encode() for path in work_dirs}
+    names = {str(path) for path in work_dirs} | {os.path.realpath(path) for path in work_dirs}
+    view = re.escape(f"/{ENVS_VIEW}/".encode())
+    needles = [
+        re.compile(re.escape(name.encode()) + b"(?!" + view + b")") for name in sorted(names)
+    ]
     found: list[str] = []
     with zipfile.ZipFile(wheel) as archive:
         for member in archive.infolist():
             if member.is_dir():
                 continue
             data = _blank_debug_sections(archive.read(member))
-            if any(needle in data for needle in needles):
+            if any(needle.search(data) for needle in needles):
                 found.append(member.filename)
     if found:
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")

@@ -50,6 +50,7 @@ ENV_LOG = "KILN_CYTHON_LOG"
 ENV_RECACHE = "KILN_CYTHON_RECACHE"
 ENV_ROOT = "KILN_CYTHON_ROOT"
 ENV_BUILD_DIR = "KILN_CYTHON_BUILD_DIR"
+ENV_ENVS = "KILN_CYTHON_ENVS"
 
 OUTCOMES = ("hit", "miss", "stub", "uncached")
 _MANIFEST_ENTRIES_KEPT = 8
@@ -66,14 +67,17 @@ def environment(
     log_path: str,
     package_root: str,
     build_dir: str,
+    envs_dir: str,
     recache: bool,
 ) -> dict[str, str]:
     """The variables both fronts read: the one place they are written. No *cache_dir*
-    (an uncached build) leaves the cache out and the fronts only log and stub."""
+    (an uncached build) leaves the cache out and the fronts only log and stub.
+    *envs_dir*: where the build sees its environment (:func:`wheelkiln.paths.envs_view`)."""
     env = {
         ENV_LOG: log_path,
         ENV_ROOT: package_root,
         ENV_BUILD_DIR: build_dir,
+        ENV_ENVS: envs_dir,
         ENV_RECACHE: "1" if recache else "",
     }
     if cache_dir:
@@ -93,13 +97,22 @@ class PathKeys:
 
     ``<build>/x`` below the build directory (checked first: it may lie inside the
     tree), ``<root>/x`` below the package root, ``<cython>/x`` inside the Cython
-    package; anything else stays absolute.
+    package, ``<envs>/KEY/x`` inside a build environment (a ``.pxd`` of numpy's, an
+    include directory), as the build sees them in every home and workdir; anything
+    else stays absolute.
     """
 
     __slots__ = ("tokens",)
 
-    def __init__(self, root: str | None, build_dir: str | None, cython_dir: str | None) -> None:
-        pairs = [("<build>", build_dir), ("<root>", root), ("<cython>", cython_dir)]
+    def __init__(
+        self,
+        root: str | None,
+        build_dir: str | None,
+        cython_dir: str | None,
+        envs_dir: str | None = None,
+    ) -> None:
+        pairs = [("<build>", build_dir), ("<root>", root), ("<cython>", cython_dir),
+                 ("<envs>", envs_dir)]  # fmt: skip
         self.tokens = [(token, os.path.normpath(path)) for token, path in pairs if path]
 
     def key(self, path: str, cwd: str) -> str:
