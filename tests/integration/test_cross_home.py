@@ -26,6 +26,8 @@ import pytest
 
 from tests.conftest import Kiln
 from tests.projects import pybind11_extension
+from wheelkiln.cache.backend import CacheConfig, scrub_cache_settings
+from wheelkiln.cache.registry import make_backend
 
 pytestmark = pytest.mark.compile
 
@@ -72,3 +74,32 @@ def test_a_build_in_another_home_hits_every_tu(backend: str, tmp_path: Path) -> 
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert answer.strip() == str(PROJECT.expected)
+
+
+def test_sccache_keys_name_no_job_directory(tmp_path: Path) -> None:
+    """sccache strips a base directory's prefix (ccache writes the path relative to the
+    compile): with the workdir alone, a TU that CMake compiles by absolute path kept its
+    job's directory name in the key, and the link job missed what a shard stored."""
+    work, outcomes = tmp_path / "work", []
+    for job in ("demo-py3.11-linux-x86_64-shard-0of2", "demo-py3.11-linux-x86_64-link"):
+        source = work / job / "src" / "x.c"
+        source.parent.mkdir(parents=True)
+        (source.parent / "x.h").write_text("#define X 3\n")
+        source.write_text('#include "x.h"\nint f(void) { return X; }\n')
+        (work / job / "build").mkdir()
+        backend = make_backend("sccache", CacheConfig(
+            cache_dir=tmp_path / "cache", base_dir=work, job_dir=work / job))  # fmt: skip
+        assert backend is not None
+        backend.start()
+        try:
+            backend.zero_stats()
+            subprocess.run(
+                [backend.executable(), "gcc", "-c", str(source), "-o", "x.o"],
+                env={**scrub_cache_settings(os.environ), **backend.environment()},
+                cwd=work / job / "build", check=True, capture_output=True,
+            )  # fmt: skip
+            stats = backend.stats()
+        finally:
+            backend.stop()
+        outcomes.append((stats.hits, stats.misses))
+    assert outcomes == [(0, 1), (1, 0)]

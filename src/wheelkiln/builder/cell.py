@@ -125,6 +125,7 @@ def make_cache(
             recache=options.recache,
             remote=remote,
             stats_log=job_dir / "cache-stats.log",
+            job_dir=job_dir,
         ),
     )
 

@@ -34,6 +34,12 @@ class CacheConfig:
     """Remote storage URL passed through to the backend."""
     stats_log: Path | None = None
     """Where the backend writes per-TU counter lines, where it can."""
+    job_dir: Path | None = None
+    """The build's own directory below *base_dir* (its tree and build directory). ccache
+    writes a path below *base_dir* relative to the compile, which names no job; sccache
+    strips a base directory's prefix, so below the workdir a shard's and the link job's
+    directory names would stay in the key of every TU compiled by absolute path (CMake):
+    it strips this one first."""
 
 
 @dataclass(frozen=True)

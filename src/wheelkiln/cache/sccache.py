@@ -94,7 +94,11 @@ class Sccache:
             # no configuration file (~/.config/sccache/config): only these settings
             "SCCACHE_CONF": os.devnull,
             "SCCACHE_SERVER_PORT": str(self._port),
-            "SCCACHE_BASEDIRS": str(config.base_dir),
+            # the longest matching prefix is stripped: the job's directory, else the
+            # workdir (the build environments' view, .envs/<key>)
+            "SCCACHE_BASEDIRS": os.pathsep.join(
+                dict.fromkeys(str(d) for d in (config.job_dir, config.base_dir) if d)
+            ),
             "SCCACHE_IDLE_TIMEOUT": "0",
             "SCCACHE_DIR": str(config.cache_dir / namespace if namespace else config.cache_dir),
         }
