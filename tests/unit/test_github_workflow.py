@@ -318,6 +318,24 @@ def test_cuda_lanes_run_in_a_toolkit_image_pinned_by_digest(workflow: dict[str, 
     assert seen == {"12.8", "13.0"}
 
 
+def test_each_lanes_image_is_a_devel_image_of_that_cuda_release_pinned_by_digest() -> None:
+    # Format only: the digests are not pulled here (the network reaches no registry), so
+    # nothing checks that a digest is the tag's; the tag is what a person re-pins from.
+    assert sorted(CUDA_IMAGES) == ["12.8", "13.0"]
+    for lane, (repository, tag, digest) in CUDA_IMAGES.items():
+        assert repository == "nvidia/cuda", lane
+        assert re.fullmatch(rf"{re.escape(lane)}\.[0-9]+-devel-ubuntu[0-9]+\.[0-9]+", tag), lane
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", digest), lane
+    assert len({digest for _, _, digest in CUDA_IMAGES.values()}) == len(CUDA_IMAGES)
+
+
+def test_every_bundled_recipes_cuda_lane_has_an_image() -> None:
+    root = Path(__file__).resolve().parents[2]
+    lanes = {cuda.version for path in (root / "recipes").glob("*.toml")
+             for cuda in load_recipe(path).recipe.matrix.cuda}
+    assert lanes and lanes <= set(CUDA_IMAGES)
+
+
 def test_the_zizmor_exception_is_only_for_the_matrix_container(workflow_file: Path) -> None:
     ignored = [line for line in workflow_file.read_text().splitlines() if "zizmor: ignore" in line]
     assert len(ignored) == 3
