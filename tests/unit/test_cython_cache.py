@@ -163,3 +163,45 @@ def test_cython_package_is_found_for_pip_and_uv_scripts(tmp_path: Path, script: 
     (env / "bin").mkdir()
     (env / "bin" / "cython").write_text(script.format(env=env))
     assert cython_front.cython_package(str(env / "bin" / "cython")) == ("3.3.1", str(package))
+
+
+def test_cython_version_is_answered_from_the_cache_until_cython_changes(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    env = tmp_path / "env"
+    package = env / "lib" / "python3.11" / "site-packages" / "Cython"
+    package.mkdir(parents=True)
+    shadow = package / "Shadow.py"
+    shadow.write_text('__version__ = "3.3.1"\n')
+    runs = tmp_path / "runs"
+    script = env / "bin" / "cython"
+    script.parent.mkdir()
+
+    def install(version: str) -> None:  # as pip and uv do: a new script
+        script.unlink(missing_ok=True)
+        script.write_text(
+            f"#!/bin/sh\necho run >> {runs}\necho 'Cython version {version}'\n"
+            f"echo 'Cython version {version}' >&2\n"
+        )
+        script.chmod(0o755)
+
+    install("3.3.1")
+    fronts = tmp_path / "fronts"
+    fronts.mkdir()
+    (fronts / "cython").write_text(f"#!/bin/sh\n# {CYTHON_FRONT_MARK}\n")
+    environ = {"PATH": f"{fronts}:{script.parent}", store.ENV_CACHE: str(tmp_path / "cache")}
+
+    def version() -> tuple[str, str, int]:
+        assert cython_front.transpile(str(fronts / "cython"), ["-V"], environ) == 0
+        out, err = capfd.readouterr()
+        return out, err, len(runs.read_text().splitlines())
+
+    assert version() == ("Cython version 3.3.1\n", "Cython version 3.3.1\n", 1)
+    assert version() == ("Cython version 3.3.1\n", "Cython version 3.3.1\n", 1), "kept"
+    install("3.3.2")
+    shadow.write_text('__version__ = "3.3.2"\n')
+    assert version() == ("Cython version 3.3.2\n", "Cython version 3.3.2\n", 2)
+    assert version()[2] == 2
+    # Without a cache (the uncached build) Cython answers every time.
+    del environ[store.ENV_CACHE]
+    assert version() == ("Cython version 3.3.2\n", "Cython version 3.3.2\n", 3)

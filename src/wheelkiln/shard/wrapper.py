@@ -390,6 +390,30 @@ def spawn_capturing_stderr(
     return _wait(pid), b"".join(chunks)
 
 
+def spawn_capturing(command: Sequence[str]) -> tuple[int, bytes, bytes]:
+    """Like :func:`spawn_and_wait`, with stdout and stderr each captured whole (through
+    unnamed temporary files: no pipe to fill while the other is read)."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            pid = os.posix_spawnp(
+                command[0],
+                list(command),
+                os.environ,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, out.fileno(), 1),
+                    (os.POSIX_SPAWN_DUP2, err.fileno(), 2),
+                ],
+            )
+        except OSError as error:
+            return 127, b"", f"kiln wrapper: cannot run {command[0]!r}: {error}\n".encode()
+        code = _wait(pid)
+        out.seek(0)
+        err.seek(0)
+        return code, out.read(), err.read()
+
+
 def _exit_code(code: int) -> int:
     """Turn ``-signal`` into the conventional shell status 128+signal."""
     return 128 - code if code < 0 else code
