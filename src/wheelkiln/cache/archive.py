@@ -44,6 +44,19 @@ from wheelkiln.errors import BuildError, GateError, UsageError
 MANIFEST = "manifest.json"
 CACHE_PREFIX = "cache"
 EXTRA_PREFIX = "extra"
+COUNTERS = "stats"
+"""ccache's counter files (``<d>/stats`` and ``<d>/<d>/stats``): neither packed nor
+merged. A shard's counters travel in its manifest, and the link job counts its own from
+zero, so they are dead weight: ``ccache --zero-stats`` on a shard's empty cache wrote all
+272 of them, which made up 272 of demo-kernels' 293 members per archive, and unpacking
+their 272 directories was most of a link job's time outside its build."""
+
+
+def is_counters(relative: str) -> bool:
+    """True for a cache file (a path relative to the cache directory) that holds ccache's
+    counters (:data:`COUNTERS`)."""
+    return relative.rsplit("/", 1)[-1] == COUNTERS
+
 
 GiB = 1024**3
 DEFAULT_MAX_UNPACKED_SIZE = 20 * GiB
@@ -204,12 +217,9 @@ def pack(
         info.size = len(blob)
         tar.addfile(info, io.BytesIO(blob))
         for path in sorted(cache_dir.rglob("*")):
-            if path.is_file() and not path.is_symlink():
-                tar.add(
-                    path,
-                    arcname=f"{CACHE_PREFIX}/{path.relative_to(cache_dir).as_posix()}",
-                    recursive=False,
-                )
+            relative = path.relative_to(cache_dir).as_posix()
+            if path.is_file() and not path.is_symlink() and not is_counters(relative):
+                tar.add(path, arcname=f"{CACHE_PREFIX}/{relative}", recursive=False)
         for name, path in (extras or {}).items():
             if path.is_file():
                 tar.add(path, arcname=f"{EXTRA_PREFIX}/{name}", recursive=False)
@@ -454,6 +464,8 @@ def extract(
                     continue
                 if member.name.startswith(EXTRA_PREFIX + "/") and extras_dir is None:
                     continue
+                if member.name.startswith(CACHE_PREFIX + "/") and is_counters(member.name):
+                    continue  # an older shard's counters: checked, not merged
                 source = tar.extractfile(member)
                 if source is None:  # only for non-files, which were skipped above
                     continue

@@ -115,10 +115,18 @@ class Ccache:
         return None
 
     def zero_stats(self) -> None:
+        """Zero the counters. A cache that holds none (a shard's empty cache, a link
+        job's merged one: archives carry no counters) is left alone: ``--zero-stats``
+        would write all 272 counter files into it, for a shard to pack."""
         self.config.cache_dir.mkdir(parents=True, exist_ok=True)
-        self._run("--zero-stats")
+        if self._has_counters():
+            self._run("--zero-stats")
         if self.config.stats_log is not None:
             self.config.stats_log.unlink(missing_ok=True)
+
+    def _has_counters(self) -> bool:
+        directory = self.config.cache_dir
+        return any(directory.glob("*/stats")) or any(directory.glob("*/*/stats"))
 
     def stats(self) -> CacheStats:
         raw = {
