@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from wheelkiln import run, ui
-from wheelkiln.builder import cmake_id, frontend, meson_sanity
+from wheelkiln.builder import cmake_id, frontend, meson_sanity, probes
 from wheelkiln.builder.backend import backend_settings, frontend_arguments
 from wheelkiln.builder.environment import (
     BuildEnvironment,
@@ -87,6 +87,7 @@ class BuildOutcome:
 def job_toolchain(loaded: LoadedRecipe, options: BuildOptions) -> Toolchain:
     """The tool versions a job with *options* builds with, probed once for the job: the
     compilers, cmake, the cache, and the recipe's linker (refused when it is absent)."""
+    probes.start_job()
     workdir = resolve_workdir(options.workdir)
     linker = linker_versions(loaded.recipe.build.linker, loaded.path, os.environ)
     tools = probe_toolchain(make_cache(loaded, options, workdir, workdir))
@@ -138,6 +139,8 @@ def build_cell(
 ) -> BuildOutcome:
     """Build *cell*. *toolchain*: the job's tool versions when it probed them already
     (:func:`job_toolchain`); probed here otherwise."""
+    if toolchain is None:
+        probes.start_job()
     recipe = loaded.recipe
     workdir = resolve_workdir(options.workdir)
     job_dir = job_directory(workdir, cell, options.job.suffix)

@@ -30,7 +30,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from wheelkiln import run
+from wheelkiln.builder.probes import probe
 
 COMPILER_NAMES = ("cc", "c++", "gcc", "g++")
 COMPILER_VARIABLES = ("CC", "CXX", "CUDACXX", "CUDAHOSTCXX")
@@ -64,13 +64,13 @@ def find_cmake(build_env: Path, environ: Mapping[str, str]) -> str | None:
 
 def cmake_version(cmake: str) -> str | None:
     """``3.25.1`` from ``cmake --version``; the name of CMake's ``CMakeFiles/<version>``."""
-    found = re.search(r"version (\d+\.\d+\.\d+)", run.run([cmake, "--version"], check=False).output)
+    found = re.search(r"version (\d+\.\d+\.\d+)", probe([cmake, "--version"]).output)
     return found[1] if found else None
 
 
 def _identity(program: str) -> str:
     real = os.path.realpath(program)
-    output = run.run([real, "--version"], check=False).output.strip()
+    output = probe([real, "--version"]).output.strip()
     return f"{real}\n{output}"
 
 

@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from wheelkiln import run
+from wheelkiln.builder.probes import probe
 from wheelkiln.errors import ToolNotFoundError
 
 PROGRAMS = {"mold": "ld.mold", "lld": "ld.lld"}
@@ -50,7 +50,7 @@ def find_linker(linker: str, environ: Mapping[str, str], recipe: Path | str) -> 
 
 def linker_version(program: str) -> str:
     """The first line of ``PROGRAM --version`` (``mold 1.10.1 (compatible with GNU ld)``)."""
-    lines = run.run([program, "--version"], check=False).output.strip().splitlines()
+    lines = probe([program, "--version"]).output.strip().splitlines()
     return lines[0].strip() if lines else "unknown"
 
 

@@ -61,19 +61,22 @@ class Toolchain:
 def probe_toolchain(cache: CacheBackend | None) -> Toolchain:
     """Ask each tool for its version (a few processes: done once per job)."""
     import wheelkiln
-    from wheelkiln import run
+    from wheelkiln.builder.probes import probe
 
     versions = {"wheelkiln": wheelkiln.__version__}
     try:
-        versions["gcc"] = run.run(["gcc", "-dumpfullversion"]).output.strip()
+        versions["gcc"] = probe(["gcc", "-dumpfullversion"], check=True).output.strip()
     except Exception:
         versions["gcc"] = "absent"
     nvcc = find_nvcc()
     if nvcc is not None:
-        lines = run.run([nvcc, "--version"], check=False).output.strip().splitlines()
+        # By its resolved path, as CMake's identification key asks it ($CUDACXX).
+        lines = probe([os.path.realpath(nvcc), "--version"]).output.strip().splitlines()
         versions["nvcc"] = lines[-1] if lines else "unknown"
     if shutil.which("cmake"):
-        versions["cmake"] = run.run(["cmake", "--version"]).output.split("\n")[0].split()[-1]
+        versions["cmake"] = (
+            probe(["cmake", "--version"], check=True).output.split("\n")[0].split()[-1]
+        )
     if cache is not None:
         versions[cache.name] = cache.version()
     return Toolchain(versions)
@@ -150,10 +153,10 @@ SEAT_SWITCH = "KILN_SEAT_FRONT"
 
 def compiler_identity(compiler: str) -> str:
     """The first line of ``compiler --version`` (``gcc (Debian 12.2.0-14) 12.2.0``)."""
-    from wheelkiln import run
+    from wheelkiln.builder.probes import probe
 
     try:
-        lines = run.run([compiler, "--version"], check=False).output.strip().splitlines()
+        lines = probe([compiler, "--version"]).output.strip().splitlines()
     except Exception:  # a compiler that is not there fails later, where it is called
         return "unknown"
     return lines[0].strip() if lines else "unknown"
