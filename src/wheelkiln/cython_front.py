@@ -61,7 +61,7 @@ def _now() -> float:
 class Settings:
     """What the build told the fronts (:func:`wheelkiln.cache.cython.environment`)."""
 
-    __slots__ = ("build_dir", "cache", "envs_dir", "log", "recache", "root")
+    __slots__ = ("build_dir", "cache", "envs_dirs", "log", "recache", "root")
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         directory = environ.get(store.ENV_CACHE) or None
@@ -70,10 +70,10 @@ class Settings:
         self.recache = bool(environ.get(store.ENV_RECACHE))
         self.root = environ.get(store.ENV_ROOT) or None
         self.build_dir = environ.get(store.ENV_BUILD_DIR) or None
-        self.envs_dir = environ.get(store.ENV_ENVS) or None
+        self.envs_dirs = [d for d in environ.get(store.ENV_ENVS, "").split(os.pathsep) if d]
 
     def paths(self, cython_dir: str | None) -> store.PathKeys:
-        return store.PathKeys(self.root, self.build_dir, cython_dir, self.envs_dir)
+        return store.PathKeys(self.root, self.build_dir, cython_dir, self.envs_dirs)
 
 
 def owned_elsewhere(output: str, cwd: str, environ: Mapping[str, str]) -> bool:

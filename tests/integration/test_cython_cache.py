@@ -167,7 +167,7 @@ def test_in_process_cythonize_hits_from_another_directory(
             "PYTHONPATH": site_hook,
             **cython_cache.environment(cache_dir=str(tmp_path / "cache"), log_path=str(log),
                                        package_root=str(tree), build_dir=str(tree / "build"),
-                                       envs_dir=str(tmp_path / ".envs"), recache=False),
+                                       envs_dirs=[str(tmp_path / ".envs")], recache=False),
         }  # fmt: skip
         subprocess.run([bin_dir / "cythonize", "--force", "demo_cython/_m7.pyx"], cwd=tree,
                        env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL)  # fmt: skip

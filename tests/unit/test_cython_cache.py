@@ -30,17 +30,18 @@ def test_path_keys_are_relative_to_root_build_and_cython() -> None:
 
 def test_paths_in_a_build_environment_are_keyed_by_its_key_not_the_workdir() -> None:
     # Cython's own package lies inside the environment too: the longer prefix wins.
-    paths = store.PathKeys("/w/job/src", "/w/job/build", "/w/.envs/k1/Cython", "/w/.envs")
-    numpy = "/w/.envs/k1/lib/python3.11/site-packages/numpy"
-    assert paths.key(f"{numpy}/__init__.pxd", "/") == (
-        "<envs>/k1/lib/python3.11/site-packages/numpy/__init__.pxd")  # fmt: skip
+    envs = ["/w/.envs", "/home/a/envs"]  # the view, and the environments themselves
+    paths = store.PathKeys("/w/job/src", "/w/job/build", "/w/.envs/k1/Cython", envs)
+    site = "lib/python3.11/site-packages"
+    key = f"<envs>/k1/{site}/numpy/__init__.pxd"
+    assert paths.key(f"/w/.envs/k1/{site}/numpy/__init__.pxd", "/") == key
+    assert paths.key(f"/home/a/envs/k1/{site}/numpy/__init__.pxd", "/") == key  # sys.path
     assert paths.key("/w/.envs/k1/Cython/Includes/libc/math.pxd", "/") == (
         "<cython>/Includes/libc/math.pxd")  # fmt: skip
-    assert paths.tokenize(f"-I{numpy}/core/include") == (
-        "-I<envs>/k1/lib/python3.11/site-packages/numpy/core/include")  # fmt: skip
-    other = store.PathKeys("/o/job/src", "/o/job/build", None, "/deeper/o/.envs")
-    assert other.path(paths.key(f"{numpy}/__init__.pxd", "/")) == (
-        "/deeper/o/.envs/k1/lib/python3.11/site-packages/numpy/__init__.pxd")  # fmt: skip
+    assert paths.tokenize(f"-I/w/.envs/k1/{site}/numpy/core/include") == (
+        f"-I<envs>/k1/{site}/numpy/core/include")  # fmt: skip
+    other = store.PathKeys("/o/job/src", "/o/job/build", None, ["/deeper/o/.envs", "/b/envs"])
+    assert other.path(key) == f"/deeper/o/.envs/k1/{site}/numpy/__init__.pxd"
 
 
 def test_command_line_parsing_and_key_arguments() -> None:

@@ -232,7 +232,7 @@ def build_cell(
                 log_path=str(cython_log),
                 package_root=str(tree),
                 build_dir=str(backend.build_dir or job_dir / "build"),
-                envs_dir=str(envs_view(workdir)),
+                envs_dirs=[str(envs_view(workdir)), str(envs_dir())],
                 recache=options.recache,
             )
         )

@@ -67,17 +67,20 @@ def environment(
     log_path: str,
     package_root: str,
     build_dir: str,
-    envs_dir: str,
+    envs_dirs: Sequence[str],
     recache: bool,
 ) -> dict[str, str]:
     """The variables both fronts read: the one place they are written. No *cache_dir*
     (an uncached build) leaves the cache out and the fronts only log and stub.
-    *envs_dir*: where the build sees its environment (:func:`wheelkiln.paths.envs_view`)."""
+    *envs_dirs*: where the build sees its environments (:func:`wheelkiln.paths.envs_view`)
+    first, then where they are: a script of the environment's (``cython`` from a uv
+    venv) starts its interpreter by the resolved path, so Cython finds a ``.pxd`` on
+    ``sys.path`` there."""
     env = {
         ENV_LOG: log_path,
         ENV_ROOT: package_root,
         ENV_BUILD_DIR: build_dir,
-        ENV_ENVS: envs_dir,
+        ENV_ENVS: os.pathsep.join(envs_dirs),
         ENV_RECACHE: "1" if recache else "",
     }
     if cache_dir:
@@ -98,8 +101,8 @@ class PathKeys:
     ``<build>/x`` below the build directory (checked first: it may lie inside the
     tree), ``<root>/x`` below the package root, ``<cython>/x`` inside the Cython
     package, ``<envs>/KEY/x`` inside a build environment (a ``.pxd`` of numpy's, an
-    include directory), as the build sees them in every home and workdir; anything
-    else stays absolute.
+    include directory) by any of *envs_dirs*, so the key is the same in every home and
+    workdir (a token reads back as the first of them); anything else stays absolute.
     """
 
     __slots__ = ("tokens",)
@@ -109,10 +112,10 @@ class PathKeys:
         root: str | None,
         build_dir: str | None,
         cython_dir: str | None,
-        envs_dir: str | None = None,
+        envs_dirs: Sequence[str] = (),
     ) -> None:
         pairs = [("<build>", build_dir), ("<root>", root), ("<cython>", cython_dir),
-                 ("<envs>", envs_dir)]  # fmt: skip
+                 *(("<envs>", envs) for envs in envs_dirs)]  # fmt: skip
         self.tokens = [(token, os.path.normpath(path)) for token, path in pairs if path]
 
     def key(self, path: str, cwd: str) -> str:
