@@ -60,7 +60,7 @@ def test_kiln_build_served_from_the_wheel_cache_prints_its_own_record(
     # lookup, the copy and the record are what is under test.
     from wheelkiln.builder import job
 
-    monkeypatch.setattr(job, "plan_input_digest", lambda *args: DIGEST)
+    monkeypatch.setattr(job, "plan_input_digest", lambda *args, **kwargs: DIGEST)
     out = tmp_path / "dist"
     monkeypatch.setattr(sys, "argv", ["kiln", "build", str(ROOT / "recipes" / "demo-cpp.toml"),
                                       "--out", str(out), "--json"])

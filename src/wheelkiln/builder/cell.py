@@ -136,9 +136,16 @@ def build_cell(
     cell: Cell,
     options: BuildOptions,
     toolchain: Toolchain | None = None,
+    *,
+    known_digest: str | None = None,
 ) -> BuildOutcome:
     """Build *cell*. *toolchain*: the job's tool versions when it probed them already
-    (:func:`job_toolchain`); probed here otherwise."""
+    (:func:`job_toolchain`); probed here otherwise. *known_digest*: the digest of the
+    fetched source this build copies, when the job took it already
+    (:func:`wheelkiln.builder.wheel_cache.fetched_source_digest`); a job that changes its
+    copy (``prepare_tree``) digests the copy."""
+    if known_digest is not None and options.job.prepare_tree is not None:
+        raise ValueError("a job that changes its tree (prepare_tree) digests its own copy")
     if toolchain is None:
         probes.start_job()
     recipe = loaded.recipe
@@ -162,7 +169,7 @@ def build_cell(
         copy_tree(pristine, tree, recipe.source.exclude)
         if options.job.prepare_tree is not None:
             options.job.prepare_tree(tree)
-        digest = source_digest(tree, recipe.source.exclude)
+        digest = known_digest or source_digest(tree, recipe.source.exclude)
         system = read_build_system(tree)
         extra_requires = [*recipe.build.requires, *frontend_requires(recipe.build.frontend)]
         environment = ensure_environment(

@@ -20,6 +20,7 @@ from wheelkiln.builder.record import build_record, publish, remember, served_rec
 from wheelkiln.builder.wheel_cache import (
     CachedWheel,
     WheelCache,
+    fetched_source_digest,
     outcome_input_digest,
     plan_input_digest,
 )
@@ -72,11 +73,14 @@ def run_build(
     cache = wheel_cache or WheelCache()
     started, cpu_started = time.perf_counter(), time.process_time()
     toolchain = job_toolchain(loaded, options)  # once, for the digest and the build
+    known_digest = None
     if use_wheel_cache:
-        hit = serve_cached_wheel(cache, plan_input_digest(loaded, cell, options, toolchain), out_dir)
+        known_digest = fetched_source_digest(loaded)  # also once, where kiln fetched the source
+        planned = plan_input_digest(loaded, cell, options, toolchain, known_digest=known_digest)
+        hit = serve_cached_wheel(cache, planned, out_dir)
         if hit is not None:
             return _served(loaded, cell, options, hit, out_dir, started, cpu_started, smoke=smoke)
-    outcome = build_cell(loaded, cell, options, toolchain)
+    outcome = build_cell(loaded, cell, options, toolchain, known_digest=known_digest)
     record = build_record(outcome, kind="build", extra={"recache": options.recache})
     if outcome.exit_code != 0:
         tail = "\n".join(outcome.log_text.splitlines()[-25:])

@@ -143,8 +143,30 @@ def _cell_digest(
     )
 
 
+def fetched_source_digest(loaded: LoadedRecipe) -> str | None:
+    """The source digest of a recipe whose source kiln fetched (a PyPI sdist, a git rev),
+    which every build's private copy of it digests to; None for a local ``source.path``.
+
+    A fetched tree is kiln's, unpacked once and never written again, so its digest can be
+    taken once for the wheel-cache lookup and the build both (``build_cell``'s
+    ``known_digest``; 0.25 s for awkward-cpp's 1,918 files). A local tree is the user's and
+    may change while kiln builds: the build digests its own copy, which is what it built.
+    """
+    from wheelkiln.builder.source import fetch_source, source_digest
+    from wheelkiln.paths import sources_dir
+
+    if loaded.recipe.source.path is not None:
+        return None
+    return source_digest(fetch_source(loaded, sources_dir()), loaded.recipe.source.exclude)
+
+
 def plan_input_digest(
-    loaded: LoadedRecipe, cell: Cell, options: BuildOptions, toolchain: Toolchain | None = None
+    loaded: LoadedRecipe,
+    cell: Cell,
+    options: BuildOptions,
+    toolchain: Toolchain | None = None,
+    *,
+    known_digest: str | None = None,
 ) -> str | None:
     """The input digest ``build_cell(loaded, cell, options)`` will have, before it runs.
 
@@ -153,7 +175,8 @@ def plan_input_digest(
     cell, and the tool versions. ``None`` when that environment does not exist yet:
     making it here would run the backend's hooks in the pristine tree (for a local
     source, the user's checkout), so the caller builds, and stores the wheel under
-    :func:`outcome_input_digest` afterwards.
+    :func:`outcome_input_digest` afterwards. *known_digest*: the source's digest, when
+    the caller has it (:func:`fetched_source_digest`).
     """
     from wheelkiln.builder.cell import job_toolchain
     from wheelkiln.builder.environment import existing_environment, frontend_requires
@@ -174,7 +197,7 @@ def plan_input_digest(
     if environment is None:
         return None
     versions = (toolchain or job_toolchain(loaded, options)).as_dict()
-    digest = source_digest(pristine, loaded.recipe.source.exclude)
+    digest = known_digest or source_digest(pristine, loaded.recipe.source.exclude)
     return _cell_digest(loaded, cell, options, digest, environment, versions)
 
 
