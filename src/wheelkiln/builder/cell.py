@@ -28,11 +28,13 @@ from wheelkiln.builder.job_env import (
     resolve_jobs,
 )
 from wheelkiln.builder.linker import cmake_version, linker_environment, linker_versions
+from wheelkiln.builder.meson_version import meson_front
 from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
 from wheelkiln.builder.toolchain import (
     Launch,
     Toolchain,
     cython_fronts,
+    front_scripts_dir,
     merge_cmake_args,
     probe_toolchain,
     toolchain_environment,
@@ -251,6 +253,9 @@ def build_cell(
     dist.mkdir()
     sanity_marker = None
     if system.kind == "meson":
+        front = meson_front(env, kiln_home() / "meson-version", front_scripts_dir())
+        if front is not None:
+            env["PATH"] = os.pathsep.join((front, env["PATH"]))
         sanity_marker = kiln_home() / "meson-sanity" / meson_sanity.sanity_key(
             env, environment.path, backend.config_settings
         )
