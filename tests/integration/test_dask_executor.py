@@ -173,13 +173,6 @@ def answer_of(wheel: Path, where: Path) -> str:
     ).stdout.strip()
 
 
-def fleet_build(kiln: Kiln, fleet: Fleet, recipe: Path, tmp_path: Path, count: int,
-                **kwargs: Any) -> Any:
-    return kiln("build", recipe, "--shards", str(count), "--executor", "dask", "--scheduler",
-                fleet.address, "--handoff", tmp_path / "handoff", "--out", tmp_path / "dist",
-                "--json", **kwargs)
-
-
 def test_tiny_package_hands_over_through_redis_with_no_shared_directory(
     kiln: Kiln, fleet: Fleet, redis_server: Redis, tmp_path: Path
 ) -> None:
@@ -296,16 +289,25 @@ def test_demo_kernels_on_two_workers_links_with_zero_misses_after_a_lost_worker(
     assert verdict["equivalent"], verdict
 
 
-@pytest.mark.slow  # opt-in: about 40 s; CI has the demo-kernels test's lost worker
+@pytest.mark.slow  # opt-in: about 40 s each; CI has the demo-kernels test's lost worker
+@pytest.mark.parametrize("handoff", ["remote", "directory"])
 def test_shard_whose_worker_is_lost_twice_is_named_by_the_link_gate(
-    kiln: Kiln, fleet: Fleet, tmp_path: Path
+    kiln: Kiln, fleet: Fleet, tmp_path: Path, request: pytest.FixtureRequest, handoff: str
 ) -> None:
     fleet.ready()
-    (tmp_path / "handoff").mkdir()
     tree = tiny_package(tmp_path)
     recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    if handoff == "remote":
+        redis: Redis = request.getfixturevalue("redis_server")
+        how: tuple[str | Path, ...] = ("--remote", redis.url)
+        missing = f"{TINY_CELL}-shard-1-of-2.handoff.json"
+    else:
+        (tmp_path / "handoff").mkdir()
+        how = ("--handoff", tmp_path / "handoff")
+        missing = f"{TINY_CELL}-shard-1-of-2.tar.gz"
     killer = kill_during(fleet, "shard-1", times=2, after=1.0)
-    result = fleet_build(kiln, fleet, recipe, tmp_path, 2, check=False)
+    result = kiln("build", recipe, "--shards", "2", "--executor", "dask", "--scheduler",
+                  fleet.address, *how, "--out", tmp_path / "dist", "--json", check=False)
     killer.join(timeout=5)
     assert result.returncode == 5, result.stderr
     lost = killer.killed  # type: ignore[attr-defined]
@@ -315,10 +317,15 @@ def test_shard_whose_worker_is_lost_twice_is_named_by_the_link_gate(
     assert report["gate"]["problems"][0] == (
         f"shard 2/2: its worker was lost twice ({lost[0]}, {lost[1]}); not retried again"
     )
-    assert any(p.startswith("shard 2/2 is missing: no ") for p in report["gate"]["problems"])
-    # The link job still ran on what it had, and kept its wheel; the run's files stay.
+    assert any(p.startswith(f"shard 2/2 is missing: no {missing} in ")
+               for p in report["gate"]["problems"])
+    # The link job still ran on what it had, and kept its wheel.
     assert report["link"]["wheel"]["path"].startswith(str(tmp_path / "dist"))
-    assert Path(report["shards"][0]["handoff"]["archive"]).is_file()
+    if handoff == "directory":  # the failed run's files stay
+        assert Path(report["shards"][0]["handoff"]["archive"]).is_file()
+    else:  # the link job read shard 1/2's entries from the server, compiled shard 2/2's
+        assert report["link"]["link"]["shards_through_remote"] == [0]
+        assert report["link"]["cache"]["misses"] > 0
     message = " ".join(result.stderr.split())
     assert f"The sharded build of {TINY_CELL} did not pass:" in message
     assert "Traceback" not in result.stderr

@@ -135,6 +135,9 @@ CONNECT_TIMEOUT = 5.0
 wrong address is an error while the user still watches."""
 MAX_STARTS = 2
 """A shard runs at most this often: the first try and one retry after a lost worker."""
+WORKER_WAIT_SECONDS = 120.0
+"""How long a run waits for a worker when every worker it had was lost (a supervisor
+restarts them) before it gives up."""
 CANCEL_POLL_SECONDS = 1.0
 """How often a running task asks whether it was cancelled."""
 
@@ -954,7 +957,17 @@ class ScatteredBundle:
 
     def ref(self) -> Future:
         if self.future is None or self.future.status != "finished":
-            self.future = self.client.scatter(self.blob, hash=False, broadcast=True)
+            try:
+                # Lost workers come back under their nannies or supervisors: wait a while.
+                self.client.wait_for_workers(1, timeout=WORKER_WAIT_SECONDS)
+                self.future = self.client.scatter(self.blob, hash=False, broadcast=True)
+            except TimeoutError:  # no worker came (scatter: "No valid workers found")
+                raise FleetError(
+                    f"No worker of the Dask scheduler at {self.client.scheduler.address} "
+                    f"came back within {WORKER_WAIT_SECONDS:g} s to take the source bundle; "
+                    "the tasks still to run were not submitted.",
+                    hint="Start the workers again, then run the build again.",
+                ) from None
         return self.future
 
 
@@ -992,6 +1005,8 @@ def _run(
     free_at: dict[str, float] = {}
     events = _Events(client, plan.topic)
     futures: dict[str, Future] = {}
+    ended: dict[str, _Ended] = {}
+    given_up: set[str] = set()
 
     def submit(job: str, function: Callable[..., dict[str, Any]], *args: Any) -> None:
         views[job].submitted = time.time()
@@ -1018,15 +1033,18 @@ def _run(
                     job = str(event["job"])
                     _dask().Event(plan.cancel_event(job), client=client).set()
                     client.cancel([futures[job]])
+                    given_up.add(job)
                     view.state = "failed"
                 progress.changed(view)
                 if on_views is not None:
                     on_views(ordered)
             for job in sorted(pending):
-                if futures[job].done() or views[job].state == "failed":
+                # A task's own "failed" event comes just before its result: wait for that.
+                if futures[job].done() or job in given_up:
                     pending.discard(job)
+                    ended[job] = _collect(futures[job])
                     if views[job].state in ("queued", "running", "retried"):
-                        views[job].state = "done" if futures[job].status == "finished" else "failed"
+                        views[job].state = "done" if ended[job].result is not None else "failed"
                         progress.changed(views[job])
             progress.tick()
             time.sleep(0.05)
@@ -1038,7 +1056,7 @@ def _run(
                 submit(f"shard-{index}", shard_task, index)
             wait([f"shard-{i}" for i in range(count)], progress)
             shards = [
-                _shard_run(plan, i, futures[f"shard-{i}"], views[f"shard-{i}"])
+                _shard_run(plan, i, ended[f"shard-{i}"], views[f"shard-{i}"])
                 for i in range(count)
             ]
             shards_wall = time.perf_counter() - started
@@ -1054,7 +1072,7 @@ def _run(
         raise
     finally:
         events.close()
-    link, link_error = _link_run(plan, futures["link"], views["link"], out_dir)
+    link, link_error = _link_run(plan, ended["link"], views["link"], out_dir)
     return shards, link, link_error, shards_wall
 
 
@@ -1104,7 +1122,31 @@ def _failure_of(future: Future) -> str:
     return str(exc) if isinstance(exc, KilnError) else f"{type(exc).__name__}: {exc}"
 
 
-def _shard_run(plan: Plan, index: int, future: Future, view: TaskView) -> ShardRun:
+@dataclass(frozen=True)
+class _Ended:
+    """How a task ended, as collected the moment it did: its result, or why there is none."""
+
+    result: dict[str, Any] | None
+    failure: str | None = None
+
+
+def _collect(future: Future) -> _Ended:
+    """A task's result, fetched to this machine as soon as the task ends, and the task
+    released. A result stays in its worker's memory until fetched: were that worker lost
+    later (while it builds another shard), Dask would run the finished task again and the
+    result would be gone for now."""
+    try:
+        if future.status == "finished":
+            try:
+                return _Ended(future.result())
+            except Exception:  # lost between finishing and the fetch
+                return _Ended(None, _failure_of(future))
+        return _Ended(None, _failure_of(future))
+    finally:
+        future.release()
+
+
+def _shard_run(plan: Plan, index: int, ended: _Ended, view: TaskView) -> ShardRun:
     """How one shard task ended. Its result holds the validated manifest and the archive's
     path and digest (kept in the record under ``handoff``); never the archive."""
     label = shard_label(index, plan.count)
@@ -1121,11 +1163,11 @@ def _shard_run(plan: Plan, index: int, future: Future, view: TaskView) -> ShardR
             "retried again",
             placement,
         )
-    if future.status != "finished":
+    result = ended.result
+    if result is None:
         return ShardRun(
-            index, plan.count, 1, 0.0, plan.jobs or 0, None, _failure_of(future), placement
+            index, plan.count, 1, 0.0, plan.jobs or 0, None, ended.failure, placement
         )
-    result = future.result()
     exit_code = int(result["exit_code"])
     problem = None
     if exit_code != 0:
@@ -1208,7 +1250,7 @@ def _receive_wheel(
 
 
 def _link_run(
-    plan: Plan, future: Future, view: TaskView, out_dir: Path
+    plan: Plan, ended: _Ended, view: TaskView, out_dir: Path
 ) -> tuple[LinkRun | None, KilnError | None]:
     """The link task's record and gate, its wheel and record copied to *out_dir*; or the
     error that ended it (a failed full build, a wheel that fails its checks, a lost task)."""
@@ -1218,12 +1260,12 @@ def _link_run(
         else f"Its files are on {view.worker}, under that worker's $KILN_HOME "
         f"(fleet/runs/{plan.run_id}/link and work/{plan.cell_id}-link)."
     )
-    if future.status != "finished":
+    result = ended.result
+    if result is None:
         return None, BuildError(
-            f"The link task of {plan.cell_id} did not finish: {_failure_of(future)}.",
+            f"The link task of {plan.cell_id} did not finish: {ended.failure}.",
             hint=files,
         )
-    result = future.result()
     record = result["record"]
     exit_code = int(result["exit_code"])
     if record is None or exit_code not in (0, GateError.exit_code):

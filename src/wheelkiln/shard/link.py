@@ -48,6 +48,7 @@ from wheelkiln.cells import (
     parse_shard_archive,
     parse_shard_handoff,
     shard_archive,
+    shard_handoff,
     shard_label,
 )
 from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
@@ -203,6 +204,12 @@ def run_link(
     }
     remote = configured_remote(loaded, options)
     namespace = options.namespace or loaded.recipe.cache.namespace
+    # A missing shard is named as the file its siblings handed over.
+    expected_name = (
+        shard_handoff
+        if any(path.name.endswith(HANDOFF_SUFFIX) for path in archives.values())
+        else shard_archive
+    )
     problems: list[str] = []
     # Probed once for the job: the fingerprint shards must match, and the build's record.
     toolchain = job_toolchain(loaded, options)
@@ -216,7 +223,7 @@ def run_link(
         label = shard_label(index, count)
         if index not in archives:
             problems.append(
-                f"{label} is missing: no {shard_archive(cell.id, index, count)} in {shards_dir}"
+                f"{label} is missing: no {expected_name(cell.id, index, count)} in {shards_dir}"
             )
             continue
         archive, contents = archives[index], checked[index]
