@@ -65,9 +65,13 @@ def test_a_build_in_another_home_hits_every_tu(backend: str, tmp_path: Path) -> 
     assert (hot["cache"]["hits"], hot["cache"]["misses"]) == (len(TUS), 0), hot["cache"]
     if backend == "ccache":  # sccache does not say which TU hit
         assert sorted(cold["cache"]["missed_tus"]) == TUS
-    # The wheel built from the other home's entries works (unpacked: pip costs seconds).
+    # The wheel built from the other home's entries works (unpacked: pip costs seconds)
+    # and names neither home nor workdir, not even in its debug info (setuptools: -g).
     with zipfile.ZipFile(next((tmp_path / "out-b").glob("*.whl"))) as wheel:
         wheel.extractall(tmp_path / "site")
+    extension = next((tmp_path / "site" / "xhome_demo").glob("_core*.so")).read_bytes()
+    assert b".debug_info" in extension
+    assert str(tmp_path).encode() not in extension
     answer = subprocess.run(
         [sys.executable, "-c", "import xhome_demo; print(xhome_demo.total())"],
         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, cwd=tmp_path,
@@ -103,3 +107,30 @@ def test_sccache_keys_name_no_job_directory(tmp_path: Path) -> None:
             backend.stop()
         outcomes.append((stats.hits, stats.misses))
     assert outcomes == [(0, 1), (1, 0)]
+
+
+def test_shard_and_link_compiles_map_the_job_directory_in_debug_info(tmp_path: Path) -> None:
+    """The CC/CXX fronts add -fdebug-prefix-map=<job>=. in both jobs (ccache hashes that
+    the option is there, so shards and link job must agree), and nothing without one."""
+    from wheelkiln.builder.toolchain import DEBUG_PREFIX, Launch, toolchain_environment
+
+    cache = tmp_path / "fake-ccache"
+    cache.write_text("#!/bin/sh\nprintf '[%s]' cache \"$@\"\n")  # one [] per argument
+    cache.chmod(0o755)
+    shard = toolchain_environment(Launch(str(cache), seat_wrapper=True), "setuptools",
+                                  tmp_path / "shard" / "kiln-bin", scripts_dir=tmp_path / "bin")
+    link = toolchain_environment(Launch(str(cache)), "setuptools", tmp_path / "link" / "kiln-bin",
+                                 scripts_dir=tmp_path / "bin")  # fmt: skip
+    base = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    seat = {"KILN_CACHE": str(cache), "KILN_SHARD_LOG": str(tmp_path / "seat.jsonl"),
+            "KILN_PACKAGE_ROOT": str(tmp_path)}  # fmt: skip
+    job = tmp_path / "work dir" / "cell-link"  # a space stays one argument
+    seen = []
+    for env in ({**base, **link}, {**base, **shard, **seat}):
+        for prefix in ({DEBUG_PREFIX: str(job)}, {}):
+            seen.append(subprocess.run(
+                [env["CXX"], "-c", "x.cpp", "-o", "x.o"], env={**env, **prefix}, cwd=tmp_path,
+                capture_output=True, text=True, check=True,
+            ).stdout.strip())  # fmt: skip
+    plain = "[cache][g++][-c][x.cpp][-o][x.o]"
+    assert seen == [f"{plain}[-fdebug-prefix-map={job}=.]", plain] * 2

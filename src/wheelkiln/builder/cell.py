@@ -31,6 +31,7 @@ from wheelkiln.builder.linker import cmake_version, linker_environment, linker_v
 from wheelkiln.builder.meson_version import meson_front
 from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
 from wheelkiln.builder.toolchain import (
+    DEBUG_PREFIX,
     Launch,
     Toolchain,
     cython_fronts,
@@ -222,6 +223,7 @@ def build_cell(
     if "CMAKE_ARGS" in tool_env and env.get("CMAKE_ARGS"):  # the user's or recipe's go first
         tool_env["CMAKE_ARGS"] = merge_cmake_args(env["CMAKE_ARGS"], tool_env["CMAKE_ARGS"])
     env.update(tool_env)
+    env[DEBUG_PREFIX] = str(job_dir)  # the CC/CXX fronts map it to "." in debug info
     if recipe.build.linker != "default":
         cmake = cmake_version(seen.path, env) if system.kind == "cmake" else None
         env.update(linker_environment(recipe.build.linker, system.kind, env, cmake=cmake))

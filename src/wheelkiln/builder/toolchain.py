@@ -149,6 +149,8 @@ def _exec_line(argv: list[str]) -> str:
 
 SEAT_SWITCH = "KILN_SEAT_FRONT"
 """Set (to 1) in shard jobs: the CC/CXX scripts then hand every call to the seat wrapper."""
+DEBUG_PREFIX = "KILN_DEBUG_PREFIX"
+"""The job's directory, which the CC/CXX scripts map to ``.`` in debug info."""
 
 
 def compiler_identity(compiler: str) -> str:
@@ -189,16 +191,24 @@ def host_front_script(compiler: str, cache: str | None, seat_argv: list[str]) ->
     link job. So one script does both, switched by ``KILN_SEAT_FRONT`` in the
     environment, and names the real host compiler's version, which ccache then hashes.
     Probes bypass the cache (:func:`probe_bypass_line`).
+
+    Compiles get ``-fdebug-prefix-map=<job directory>=.`` (``KILN_DEBUG_PREFIX``), in
+    shards and link jobs alike. setuptools compiles with ``-g``, and DWARF names the
+    compile's directory: without the map a wheel named this job's directory, or, served
+    from a cache another builder filled, that builder's home. ccache hashes only that
+    the option is there, not its value, so every job still shares the entries.
     """
     cached = [cache, compiler] if cache else [compiler]
+    mapped = f' ${{{DEBUG_PREFIX}:+"-fdebug-prefix-map=${DEBUG_PREFIX}=."}}'
     return (
         f"# wheelkiln host compiler front: {compiler}: {compiler_identity(compiler)}\n"
-        f'case "${SEAT_SWITCH}" in 1) {_exec_line([*seat_argv, compiler])};; esac\n'
+        f'case "${SEAT_SWITCH}" in 1) {_exec_line([*seat_argv, compiler])}{mapped};; esac\n'
         # nvcc's own host passes (-ccbin $CC) compile tmpxft_* temp files: ccache must
         # wrap nvcc itself, never its host compiler, so those go straight through.
         f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n'
         + probe_bypass_line([compiler])
         + _exec_line(cached)
+        + mapped
     )
 
 
