@@ -98,3 +98,15 @@ def test_a_view_left_by_another_home_is_pointed_at_this_one(tmp_path: Path) -> N
     mine.seen_from(views)
     assert (views / "k").readlink() == mine.path
     assert sorted(p.name for p in views.iterdir()) == ["k"]  # no staged link left
+
+
+def test_views_made_at_once_from_threads_leave_one_link(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    environment = _made(tmp_path / "home" / "envs", "k")
+    views = tmp_path / "work" / ".envs"
+    with ThreadPoolExecutor(8) as pool:
+        seen = set(pool.map(lambda _: environment.seen_from(views), range(64)))
+    assert seen == {BuildEnvironment(views / "k", ("pybind11",))}
+    assert [p.name for p in views.iterdir()] == ["k"]
+    assert (views / "k").readlink() == environment.path

@@ -50,6 +50,7 @@ import os
 import platform
 import shutil
 import sys
+import threading
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -164,7 +165,7 @@ class BuildEnvironment:
         except OSError:
             pass  # absent, or not a link: (re)made below
         views.mkdir(parents=True, exist_ok=True)
-        staged = views / f".{self.path.name}.{os.getpid()}.link"
+        staged = views / f".{self.path.name}.{os.getpid()}.{threading.get_ident()}.link"
         staged.unlink(missing_ok=True)
         staged.symlink_to(self.path, target_is_directory=True)
         staged.replace(view)
