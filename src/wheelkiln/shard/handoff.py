@@ -14,7 +14,9 @@ is read as an archive's manifest and log are: its size is capped before it is pa
 the manifest is the strict :class:`~wheelkiln.cache.manifest.ShardManifest` (and must
 name its remote storage), and the log is checked line by line by
 :func:`~wheelkiln.shard.wrapper_log.parse_wrapper_log`; every refusal names the file
-and the key or line.
+and the key or line. The storage a manifest names is never connected to: the link job
+reads its own remote setting and only compares the namespace
+(:func:`wheelkiln.shard.link.remote_refusal`).
 """
 
 from __future__ import annotations
