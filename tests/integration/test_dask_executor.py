@@ -323,9 +323,9 @@ def test_shard_whose_worker_is_lost_twice_is_named_by_the_link_gate(
     assert report["link"]["wheel"]["path"].startswith(str(tmp_path / "dist"))
     if handoff == "directory":  # the failed run's files stay
         assert Path(report["shards"][0]["handoff"]["archive"]).is_file()
-    else:  # the link job read shard 1/2's entries from the server, compiled shard 2/2's
+    else:  # only shard 1/2's handoff reached the link job (shard 2/2's entries may
+        # still be on the server: a killed worker's compile can outlive it)
         assert report["link"]["link"]["shards_through_remote"] == [0]
-        assert report["link"]["cache"]["misses"] > 0
     message = " ".join(result.stderr.split())
     assert f"The sharded build of {TINY_CELL} did not pass:" in message
     assert "Traceback" not in result.stderr

@@ -1008,18 +1008,36 @@ def _run(
     ended: dict[str, _Ended] = {}
     given_up: set[str] = set()
 
+    calls: dict[str, tuple[Callable[..., dict[str, Any]], tuple[Any, ...]]] = {}
+    resent: set[str] = set()
+
     def submit(job: str, function: Callable[..., dict[str, Any]], *args: Any) -> None:
-        views[job].submitted = time.time()
+        views[job].submitted = views[job].submitted or time.time()
+        calls[job] = (function, args)
         futures[job] = client.submit(
             function,
             plan,
             bundle(),
             *args,
-            key=f"kiln-{plan.run_id}-{job}",
+            key=f"kiln-{plan.run_id}-{job}" + ("-again" if job in resent else ""),
             resources=need,
             retries=1,
             pure=False,
         )
+
+    def lost_its_bundle(job: str) -> bool:
+        """A task the scheduler cancelled, not this client: the scattered source bundle it
+        needs was lost with the last worker that held a copy. It is submitted again
+        (once) with the bundle sent again; its start counts as a try, as Dask's own
+        rerun after a lost worker does."""
+        if not plan.through_remote or job in given_up or job in resent:
+            return False
+        if futures[job].status != "cancelled":
+            return False
+        resent.add(job)
+        futures[job].release()
+        submit(job, calls[job][0], *calls[job][1])
+        return True
 
     def wait(jobs: list[str], progress: _Progress) -> None:
         pending = set(jobs)
@@ -1040,6 +1058,8 @@ def _run(
                     on_views(ordered)
             for job in sorted(pending):
                 # A task's own "failed" event comes just before its result: wait for that.
+                if futures[job].done() and lost_its_bundle(job):
+                    continue
                 if futures[job].done() or job in given_up:
                     pending.discard(job)
                     ended[job] = _collect(futures[job])
