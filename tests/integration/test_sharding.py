@@ -42,7 +42,9 @@ def exported(wheel: str) -> dict[str, set[str]]:
 # N=2 is tests/integration/test_github_steps.py's demo-kernels test: the same build,
 # gates and wheel checks, reached through the emitted GitHub workflow's own steps.
 @pytest.mark.cuda
-@pytest.mark.parametrize("count", [1, 4, 7])
+# N = 2 runs through the GitHub workflow steps (test_github_steps.py); N = 1, where one
+# shard holds every TU, on a small package below.
+@pytest.mark.parametrize("count", [4, 7])
 def test_demo_kernels_sharded_links_with_zero_misses(
     kiln: Kiln, kernels_cold: dict[str, Any], tmp_path: Path, installed, count: int
 ) -> None:
@@ -266,3 +268,21 @@ def test_both_partitions_refused_at_runtime(kiln: Kiln, tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "the source partition needs sharding.source_globs" in result.stderr
 
+
+
+def test_one_shard_holds_every_tu_and_its_link_job_misses_none(
+    kiln: Kiln, tmp_path: Path, installed
+) -> None:
+    """N = 1: the one shard compiles every TU and stubs none; its link job hits them all."""
+    from tests.integration.test_link_verify import tiny_package, tiny_recipe
+
+    tree = tiny_package(tmp_path)
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    report = sharded(kiln, recipe, tmp_path, 1)
+    (shard,) = report["shards"]
+    assert shard["shard"]["gate"]["passed"]
+    assert shard["shard"]["actions"].get("compile", 0) == 3
+    assert shard["shard"]["actions"].get("stub", 0) == 0
+    link = report["link"]
+    assert (link["cache"]["misses"], link["cache"]["hits"], link["cache"]["total"]) == (0, 3, 3)
+    assert installed(link["wheel"]["path"], "import kiln_tiny; print(kiln_tiny.answer())") == "42"

@@ -385,7 +385,7 @@ def _hook_requirements(
     env: Mapping[str, str],
 ) -> list[str]:
     """The backend's dynamic requirements (``get_requires_for_build_wheel``)."""
-    from pyproject_hooks import BuildBackendHookCaller
+    from pyproject_hooks import BackendUnavailable, BuildBackendHookCaller
 
     def runner(
         cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None
@@ -399,7 +399,21 @@ def _hook_requirements(
         python_executable=str(env_python),
         runner=runner,
     )
-    return list(caller.get_requires_for_build_wheel(dict(config_settings)))
+    try:
+        return list(caller.get_requires_for_build_wheel(dict(config_settings)))
+    except BackendUnavailable as error:
+        raise BuildError(backend_failure(system.backend, error).rstrip()) from None
+
+
+def backend_failure(backend: str, error: Exception) -> str:
+    """What a build says when its backend could not be run: the backend process's
+    traceback (the import that failed) and what to check."""
+    trace = str(getattr(error, "traceback", "") or "")
+    return (
+        f"{trace.rstrip()}\nkiln: the build backend {backend!r} could not be run "
+        f"({type(error).__name__}): check build-system.build-backend and "
+        "backend-path in pyproject.toml, and the build requirements.\n"
+    ).lstrip()
 
 
 def _satisfied(requirement: str, lock: str) -> bool:

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from wheelkiln import run
-from wheelkiln.builder.environment import BuildSystem
+from wheelkiln.builder.environment import BuildSystem, backend_failure
 from wheelkiln.errors import UsageError
 
 FRONTEND_VARIABLE = "KILN_FRONTEND"
@@ -110,12 +110,7 @@ def build_wheel(
     except (BackendUnavailable, HookMissing, UnsupportedOperation) as error:
         # The process ran and exited 0, but the backend could not be imported (or
         # refused the hook): a failed build whose log says why, as pip's would.
-        trace = str(getattr(error, "traceback", "") or "")
-        why = (
-            f"{trace.rstrip()}\nkiln: the build backend {system.backend!r} could not be run "
-            f"({type(error).__name__}): check build-system.build-backend and "
-            "backend-path in pyproject.toml, and the build requirements.\n"
-        ).lstrip()
+        why = backend_failure(system.backend, error)
         with log_path.open("a", encoding="utf-8") as log:
             log.write(why)
         return replace(ran[-1], returncode=1, output=ran[-1].output + why)
