@@ -91,22 +91,30 @@ def test_sccache_keys_name_no_job_directory(tmp_path: Path) -> None:
         (source.parent / "x.h").write_text("#define X 3\n")
         source.write_text('#include "x.h"\nint f(void) { return X; }\n')
         (work / job / "build").mkdir()
-        backend = make_backend("sccache", CacheConfig(
-            cache_dir=tmp_path / "cache", base_dir=work, job_dir=work / job))  # fmt: skip
-        assert backend is not None
-        backend.start()
-        try:
-            backend.zero_stats()
-            subprocess.run(
-                [backend.executable(), "gcc", "-c", str(source), "-o", "x.o"],
-                env={**scrub_cache_settings(os.environ), **backend.environment()},
-                cwd=work / job / "build", check=True, capture_output=True,
-            )  # fmt: skip
-            stats = backend.stats()
-        finally:
-            backend.stop()
-        outcomes.append((stats.hits, stats.misses))
+        outcomes.append(compile_in_job("sccache", tmp_path / "cache", work, job,
+                                       ["gcc", "-c", str(source), "-o", "x.o"], "build"))  # fmt: skip
     assert outcomes == [(0, 1), (1, 0)]
+
+
+def compile_in_job(
+    name: str, cache: Path, work: Path, job: str, argv: list[str], cwd: str
+) -> tuple[int, int]:
+    """One compile through kiln's *name* backend as job *job* under *work* runs it, in
+    ``<job>/<cwd>``: (hits, misses)."""
+    backend = make_backend(name, CacheConfig(cache_dir=cache, base_dir=work, job_dir=work / job))
+    assert backend is not None
+    backend.start()
+    try:
+        backend.zero_stats()
+        subprocess.run(
+            [backend.executable(), *argv],
+            env={**scrub_cache_settings(os.environ), **backend.environment()},
+            cwd=work / job / cwd, check=True, capture_output=True,
+        )  # fmt: skip
+        stats = backend.stats()
+    finally:
+        backend.stop()
+    return stats.hits, stats.misses
 
 
 def test_shard_and_link_compiles_map_the_job_directory_in_debug_info(tmp_path: Path) -> None:
@@ -163,21 +171,8 @@ def test_no_job_gets_the_object_of_another_whose_header_differs(
         (tree / "inc").mkdir(parents=True, exist_ok=True)
         (tree / "inc" / "cfg.h").write_text(f"#define VALUE {value}\n")
         (tree / "x.c").write_text('#include "cfg.h"\nint f(void) { return VALUE; }\n')
-        backend = make_backend(name, CacheConfig(
-            cache_dir=tmp_path / "cache", base_dir=work, job_dir=work / job))  # fmt: skip
-        assert backend is not None
-        backend.start()
-        try:
-            backend.zero_stats()
-            subprocess.run(
-                [backend.executable(), "gcc", "-O2", "-Iinc", "-c", "x.c", "-o", "x.o"],
-                env={**scrub_cache_settings(os.environ), **backend.environment()},
-                cwd=tree, check=True, capture_output=True,
-            )  # fmt: skip
-            stats = backend.stats()
-        finally:
-            backend.stop()
-        outcomes.append((stats.hits, stats.misses))
+        argv = ["gcc", "-O2", "-Iinc", "-c", "x.c", "-o", "x.o"]
+        outcomes.append(compile_in_job(name, tmp_path / "cache", work, job, argv, "src"))
         objects.append((tree / "x.o").read_bytes())
     assert outcomes == [(0, 1), (0, 1), (1, 0)]
     assert objects[0] != objects[1] and objects[0] == objects[2]

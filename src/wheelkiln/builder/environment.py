@@ -55,7 +55,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from wheelkiln import run
 from wheelkiln.builder.pip_config import (
@@ -67,6 +67,9 @@ from wheelkiln.builder.pip_config import (
     uv_install_arguments,
 )
 from wheelkiln.errors import BuildError, RecipeError, ToolNotFoundError, UsageError
+
+if TYPE_CHECKING:
+    from pyproject_hooks import BuildBackendHookCaller
 
 DEFAULT_BACKEND = "setuptools.build_meta:__legacy__"
 DEFAULT_REQUIRES = ("setuptools>=40.8.0",)
@@ -385,24 +388,34 @@ def _hook_requirements(
     env: Mapping[str, str],
 ) -> list[str]:
     """The backend's dynamic requirements (``get_requires_for_build_wheel``)."""
-    from pyproject_hooks import BackendUnavailable, BuildBackendHookCaller
+    from pyproject_hooks import BackendUnavailable
 
     def runner(
         cmd: Sequence[str], cwd: str | None = None, extra_environ: Mapping[str, str] | None = None
     ) -> None:
         run.run(list(cmd), cwd=cwd, env={**env, **(extra_environ or {})}, what="Build backend")
 
-    caller = BuildBackendHookCaller(
-        str(tree),
-        system.backend,
-        backend_path=list(system.backend_path) or None,
-        python_executable=str(env_python),
-        runner=runner,
-    )
+    caller = backend_hook_caller(tree, system, env_python, runner)
     try:
         return list(caller.get_requires_for_build_wheel(dict(config_settings)))
     except BackendUnavailable as error:
         raise BuildError(backend_failure(system.backend, error).rstrip()) from None
+
+
+def backend_hook_caller(
+    tree: Path, system: BuildSystem, python: Path, runner: Callable[..., None]
+) -> BuildBackendHookCaller:
+    """The caller of *system*'s backend hooks for *tree*, run by *python* through
+    *runner* (which runs the hook's process)."""
+    from pyproject_hooks import BuildBackendHookCaller
+
+    return BuildBackendHookCaller(
+        str(tree),
+        system.backend,
+        backend_path=list(system.backend_path) or None,
+        python_executable=str(python),
+        runner=runner,
+    )
 
 
 def backend_failure(backend: str, error: Exception) -> str:

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from wheelkiln import run
-from wheelkiln.builder.environment import BuildSystem, backend_failure
+from wheelkiln.builder.environment import BuildSystem, backend_failure, backend_hook_caller
 from wheelkiln.errors import UsageError
 
 FRONTEND_VARIABLE = "KILN_FRONTEND"
@@ -73,12 +73,7 @@ def build_wheel(
     the wheel into *dist*, its output streamed into *log_path*. Returns the hook's
     process; a non-zero exit code is returned, not raised (the shard gate decides what
     it means)."""
-    from pyproject_hooks import (
-        BackendUnavailable,
-        BuildBackendHookCaller,
-        HookMissing,
-        UnsupportedOperation,
-    )
+    from pyproject_hooks import BackendUnavailable, HookMissing, UnsupportedOperation
 
     ran: list[run.Completed] = []
 
@@ -96,13 +91,7 @@ def build_wheel(
         if done.returncode != 0:
             raise _HookFailed
 
-    caller = BuildBackendHookCaller(
-        str(tree),
-        system.backend,
-        backend_path=list(system.backend_path) or None,
-        python_executable=str(python),
-        runner=runner,
-    )
+    caller = backend_hook_caller(tree, system, python, runner)
     try:
         caller.build_wheel(str(dist), hook_settings(settings))
     except _HookFailed:
