@@ -62,6 +62,7 @@ def kiln(*args: str | Path, check: bool = True) -> dict[str, Any]:
         sys.exit(f"kiln {' '.join(map(str, args))} failed:\n{done.stderr[-3000:]}")
     record: dict[str, Any] = json.loads(done.stdout)
     record["job_seconds"] = round(job_seconds, 3)
+    print(f"  {job_seconds:.1f} s (build step {record.get('wall_seconds', 0):.1f} s)", file=sys.stderr)
     return record
 
 
