@@ -134,3 +134,18 @@ def test_second_pass_runs_only_the_missed_ninja_compiles_again(tmp_path: Path) -
         )
     }
     assert stats_log.read_text() == logged_by_build
+
+
+def test_a_prefix_map_of_each_job_s_own_directory_is_no_difference() -> None:
+    """ccache hashes only that ``-fdebug-prefix-map`` is there, and every job maps its own
+    directory: only the flags that change the key are named."""
+    from wheelkiln.shard.link import _difference
+
+    shard = ["gcc", "-DVALUE=5", "-c", "a.c", "-fdebug-prefix-map=/w/x-shard-0-of-2=."]
+    link = ["gcc", "-DVALUE=6", "-c", "a.c", "-fdebug-prefix-map=/w/x-link=."]
+    assert _difference(shard, link) == "only in the shard: -DVALUE=5; only in the link job: -DVALUE=6"
+    assert _difference(shard, [*link[:1], "-DVALUE=5", *link[2:]]).startswith("same arguments")
+    assert _difference(shard, [a for a in link if "prefix-map" not in a]) == (
+        "only in the shard: -DVALUE=5 -fdebug-prefix-map=/w/x-shard-0-of-2=.; "
+        "only in the link job: -DVALUE=6"
+    )

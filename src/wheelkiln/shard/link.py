@@ -162,10 +162,21 @@ def _as_logged(argv: list[str]) -> list[str]:
         return argv
 
 
+UNHASHED_VALUES = ("-fdebug-prefix-map=", "-ffile-prefix-map=", "-fmacro-prefix-map=")
+"""Options whose value ccache does not hash (only that they are there): each job maps its
+own directory (``KILN_DEBUG_PREFIX``), which is no difference between two jobs."""
+
+
+def _as_hashed(arg: str) -> str:
+    return next((prefix for prefix in UNHASHED_VALUES if arg.startswith(prefix)), arg)
+
+
 def _difference(shard_argv: list[str], link_argv: list[str]) -> str:
     shard_argv = _as_logged(shard_argv)
-    only_shard = [a for a in shard_argv[1:] if a not in link_argv]
-    only_link = [a for a in link_argv[1:] if a not in shard_argv]
+    shard_hashed = {_as_hashed(a) for a in shard_argv}
+    link_hashed = {_as_hashed(a) for a in link_argv}
+    only_shard = [a for a in shard_argv[1:] if _as_hashed(a) not in link_hashed]
+    only_link = [a for a in link_argv[1:] if _as_hashed(a) not in shard_hashed]
     if not only_shard and not only_link:
         return "same arguments (the difference is in an input file or the environment)"
     return f"only in the shard: {shlex.join(only_shard) or '-'}; only in the link job: {shlex.join(only_link) or '-'}"
