@@ -270,19 +270,22 @@ def test_both_partitions_refused_at_runtime(kiln: Kiln, tmp_path: Path) -> None:
 
 
 
-def test_one_shard_holds_every_tu_and_its_link_job_misses_none(
-    kiln: Kiln, tmp_path: Path, installed
+@pytest.mark.parametrize(("count", "backend"), [(1, "ccache"), (2, "sccache")])
+def test_small_package_sharded_links_with_zero_misses(
+    kiln: Kiln, tmp_path: Path, installed, count: int, backend: str
 ) -> None:
-    """N = 1: the one shard compiles every TU and stubs none; its link job hits them all."""
+    """N = 1: the one shard compiles every TU and stubs none. N = 2 with sccache: its
+    entries reach the link job from other job directories. Either way the link job hits
+    every TU."""
     from tests.integration.test_link_verify import tiny_package, tiny_recipe
 
     tree = tiny_package(tmp_path)
     recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
-    report = sharded(kiln, recipe, tmp_path, 1)
-    (shard,) = report["shards"]
-    assert shard["shard"]["gate"]["passed"]
-    assert shard["shard"]["actions"].get("compile", 0) == 3
-    assert shard["shard"]["actions"].get("stub", 0) == 0
+    report = sharded(kiln, recipe, tmp_path, count, "--cache", backend)
+    assert len(report["shards"]) == count
+    assert all(s["shard"]["gate"]["passed"] for s in report["shards"])
+    assert sum(s["shard"]["actions"].get("compile", 0) for s in report["shards"]) == 3
+    assert sum(s["shard"]["actions"].get("stub", 0) for s in report["shards"]) == 3 * (count - 1)
     link = report["link"]
     assert (link["cache"]["misses"], link["cache"]["hits"], link["cache"]["total"]) == (0, 3, 3)
     assert installed(link["wheel"]["path"], "import kiln_tiny; print(kiln_tiny.answer())") == "42"

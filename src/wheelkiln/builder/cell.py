@@ -223,7 +223,12 @@ def build_cell(
     if "CMAKE_ARGS" in tool_env and env.get("CMAKE_ARGS"):  # the user's or recipe's go first
         tool_env["CMAKE_ARGS"] = merge_cmake_args(env["CMAKE_ARGS"], tool_env["CMAKE_ARGS"])
     env.update(tool_env)
-    env[DEBUG_PREFIX] = str(job_dir)  # the CC/CXX fronts map it to "." in debug info
+    if cache is None or cache.name != "sccache":
+        # The CC/CXX fronts map it to "." in debug info. ccache hashes only that the
+        # option is there; sccache (0.16) hashes its value, the job's own directory, so
+        # no other job (a link job, another workdir) would hit: with sccache the debug
+        # info keeps the directory instead.
+        env[DEBUG_PREFIX] = str(job_dir)
     if recipe.build.linker != "default":
         cmake = cmake_version(seen.path, env) if system.kind == "cmake" else None
         env.update(linker_environment(recipe.build.linker, system.kind, env, cmake=cmake))

@@ -99,6 +99,12 @@ class Sccache:
             "SCCACHE_BASEDIRS": os.pathsep.join(
                 dict.fromkeys(str(d) for d in (config.job_dir, config.base_dir) if d)
             ),
+            # Preprocessor cache mode off: with base directories it gives one tree's
+            # object to another whose header differs, where the header is found by a
+            # relative -I (sccache 0.16, measured: tree B's offsetof came back as tree
+            # A's; mozilla/sccache#2863). Off, the key is the preprocessed text with the
+            # base directories stripped: equal trees still share entries, others never.
+            "SCCACHE_DIRECT": "false",
             "SCCACHE_IDLE_TIMEOUT": "0",
             "SCCACHE_DIR": str(config.cache_dir / namespace if namespace else config.cache_dir),
         }
