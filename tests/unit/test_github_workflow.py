@@ -150,8 +150,11 @@ def test_shard_artifacts_are_uploaded_by_name_for_one_day(workflow: dict[str, An
     compile_step = next(s for s in steps(workflow, "compile-shard") if s["name"] == "Compile shard")
     assert compile_step["run"].startswith('kiln shard "$MATRIX_RECIPE" --cell "$MATRIX_CELL" '
                                           '--index "$MATRIX_SHARD_INDEX" --count '
-                                          '"$MATRIX_SHARD_COUNT" --cache "$MATRIX_CACHE" '
+                                          '"$MATRIX_SHARD_COUNT" --partition '
+                                          '"$MATRIX_SHARD_PARTITION" --cache "$MATRIX_CACHE" '
                                           "--out kiln-out")
+    # the partition the matrix planned, not whatever the recipe says when the job runs
+    assert compile_step["env"]["MATRIX_SHARD_PARTITION"] == "${{ matrix.shard_partition }}"
 
 
 def test_link_downloads_its_cells_shards_merged(workflow: dict[str, Any]) -> None:

@@ -232,7 +232,8 @@ fi
 def _compile_shard() -> dict[str, Any]:
     shard = (
         'kiln shard "$MATRIX_RECIPE" --cell "$MATRIX_CELL" --index "$MATRIX_SHARD_INDEX" '
-        f'--count "$MATRIX_SHARD_COUNT" --cache "$MATRIX_CACHE" --out {SHARD_DIR}\n'
+        '--count "$MATRIX_SHARD_COUNT" --partition "$MATRIX_SHARD_PARTITION" '
+        f'--cache "$MATRIX_CACHE" --out {SHARD_DIR}\n'
     )
     return _matrix_job(
         "shard", "generate-matrix", "needs.generate-matrix.outputs.shard_count != '0'",
@@ -242,7 +243,9 @@ def _compile_shard() -> dict[str, Any]:
             _install(with_cache=True),
             {
                 "name": "Compile shard",
-                "env": _matrix_env("recipe", "cell", "shard_index", "shard_count", "cache"),
+                "env": _matrix_env(
+                    "recipe", "cell", "shard_index", "shard_count", "shard_partition", "cache"
+                ),
                 "run": shard,
             },
             {
