@@ -132,10 +132,16 @@ def resolve_executor(
     chosen = engine or config.engine or "local"
     if chosen != "dask":
         return ExecutorChoice(chosen, {})
+    if handoff is None and config.handoff is not None:
+        from wheelkiln.output_paths import check_output_dir
+
+        # Checked here, where the key is known: the executor names only --handoff.
+        handoff = check_output_dir(
+            loaded.resolve(config.handoff), f"{loaded.path}: key 'executor.handoff':"
+        )
     found = {
         "scheduler": scheduler or config.scheduler,
-        "handoff": handoff
-        or (loaded.resolve(config.handoff) if config.handoff is not None else None),
+        "handoff": handoff,
         "worker_memory": worker_memory or config.worker_memory,
     }
     return ExecutorChoice(

@@ -222,7 +222,7 @@ def test_neither_handoff_nor_remote_is_an_error_naming_both_before_connecting(
         "--executor dask needs a way to hand the shards' caches to the link job: --remote URL "
         "(remote cache storage every worker reaches; also $KILN_REMOTE or the recipe's "
         "cache.remote) or --handoff DIR (a directory every worker sees at the same path; also "
-        "$KILN_HANDOFF or the recipe's fleet.handoff)."
+        "$KILN_HANDOFF or the recipe's executor.handoff)."
     )
 
 

@@ -354,6 +354,23 @@ def test_executor_settings_load_and_resolve_against_the_recipe(tmp_path: Path) -
     assert resolve_executor(load_recipe(write(tmp_path, GOOD))).engine == "local"
 
 
+def test_an_unusable_executor_handoff_is_named_by_its_key(tmp_path: Path) -> None:
+    from wheelkiln.errors import PathError
+    from wheelkiln.settings import resolve_executor
+
+    (tmp_path / "shared").write_text("a file, not a directory")
+    loaded = load_recipe(write(tmp_path, GOOD + '[executor]\nengine = "dask"\nscheduler = '
+                               '"tcp://sched:8786"\nhandoff = "shared"\n'))
+    with pytest.raises(PathError) as caught:
+        resolve_executor(loaded)
+    shared = tmp_path / "shared"
+    assert str(caught.value) == (f"{tmp_path / 'pkg.toml'}: key 'executor.handoff': {shared}: "
+                                 f"{shared} is a file, not a directory.")
+    # --handoff (or $KILN_HANDOFF) wins, so the recipe's is not looked at
+    given = tmp_path / "given"
+    assert resolve_executor(loaded, handoff=given).settings["handoff"] == str(given)
+
+
 @pytest.mark.parametrize(
     ("table", "problem"),
     [

@@ -827,7 +827,7 @@ class DaskExecutor:
             raise UsageError(
                 "--executor dask needs --scheduler (tcp://HOST:PORT).",
                 hint="--scheduler is the address `dask scheduler` prints (also "
-                "$KILN_SCHEDULER).",
+                "$KILN_SCHEDULER, or the recipe's executor.scheduler).",
             )
         memory = settings.get("worker_memory")
         if memory is not None and not (memory.isascii() and memory.isdigit() and int(memory) > 0):
@@ -854,7 +854,7 @@ class DaskExecutor:
                 "--executor dask needs a way to hand the shards' caches to the link job: "
                 "--remote URL (remote cache storage every worker reaches; also $KILN_REMOTE "
                 "or the recipe's cache.remote) or --handoff DIR (a directory every worker "
-                "sees at the same path; also $KILN_HANDOFF or the recipe's fleet.handoff).",
+                "sees at the same path; also $KILN_HANDOFF or the recipe's executor.handoff).",
                 hint="Start a cache server the workers reach (e.g. valkey-server or redis-server) "
                 "and pass --remote redis://HOST:6379, or mount a shared directory and pass "
                 "--handoff.",
