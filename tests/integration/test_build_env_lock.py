@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.wheels import pure_wheel
 from wheelkiln.builder.environment import (
     BuildEnvironment,
     ensure_environment,
@@ -105,29 +106,9 @@ def test_pip_fallback_installs_the_same_lock_under_the_same_key(
 
 def wheel_of(directory: Path, name: str, version: str) -> Path:
     """A pure wheel of *name* *version* whose module says its version."""
-    import base64
-    import hashlib
-    import zipfile
-
-    directory.mkdir(parents=True, exist_ok=True)
     module = name.replace("-", "_")
-    info = f"{module}-{version}.dist-info"
-    files = {
-        f"{module}.py": f"VERSION = {version!r}\n",
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: kiln-test\nRoot-Is-Purelib: true\n"
-        "Tag: py3-none-any\n",
-    }
-    record = []
-    for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
-        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
-    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,", ""])
-    wheel = directory / f"{module}-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, text in files.items():
-            archive.writestr(path, text)
-    return wheel
+    source = f"VERSION = {version!r}\n".encode()
+    return pure_wheel(directory, name, version, {f"{module}.py": source})
 
 
 @pytest.mark.skipif(find_uv() is None, reason="uv is not installed")

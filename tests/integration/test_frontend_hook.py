@@ -10,11 +10,14 @@ import textwrap
 from pathlib import Path
 
 from tests.conftest import Kiln
+from tests.wheels import copy_beside
 
 BACKEND = textwrap.dedent(
     '''
-    import base64, hashlib, json, os, zipfile
+    import json, os
     from pathlib import Path
+
+    from kiln_test_wheels import pure_wheel
 
     CALLS = Path({calls!r})
 
@@ -34,23 +37,8 @@ BACKEND = textwrap.dedent(
 
     def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         _called("build_wheel", config_settings)
-        name = "hooked-0.1-py3-none-any.whl"
-        files = {{
-            "hooked.py": b"ANSWER = 42\\n",
-            "hooked-0.1.dist-info/METADATA":
-                b"Metadata-Version: 2.1\\nName: hooked\\nVersion: 0.1\\n",
-            "hooked-0.1.dist-info/WHEEL":
-                b"Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
-        }}
-        record = []
-        with zipfile.ZipFile(Path(wheel_directory) / name, "w") as wheel:
-            for path, data in files.items():
-                wheel.writestr(path, data)
-                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-                record.append(f"{{path}},sha256={{digest.decode()}},{{len(data)}}")
-            record.append("hooked-0.1.dist-info/RECORD,,")
-            wheel.writestr("hooked-0.1.dist-info/RECORD", "\\n".join(record) + "\\n")
-        return name
+        files = {{"hooked.py": b"ANSWER = 42\\n"}}
+        return pure_wheel(Path(wheel_directory), "hooked", "0.1", files).name
     '''
 )
 
@@ -60,6 +48,7 @@ def _package(tmp_path: Path, backend: str) -> tuple[Path, Path]:
     package = tmp_path / "pkg"
     (package / "backend").mkdir(parents=True)
     (package / "backend" / "hooked_backend.py").write_text(backend.format(calls=str(calls)))
+    copy_beside(package / "backend")
     (package / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "hooked_backend"\n'
         'backend-path = ["backend"]\n'

@@ -19,11 +19,14 @@ import time
 from pathlib import Path
 
 from tests.processes import alive, wait_until
+from tests.wheels import copy_beside
 
 BACKEND = textwrap.dedent(
     '''
-    import base64, hashlib, os, subprocess, zipfile
+    import os, subprocess
     from pathlib import Path
+
+    from kiln_test_wheels import pure_wheel
 
     STATE = Path({state!r})
 
@@ -51,23 +54,8 @@ BACKEND = textwrap.dedent(
             first = [int(pid) for pid in pids.read_text().split()]
             (STATE / "second-saw").write_text(" ".join(
                 str(pid) for pid in first if _alive(pid)))
-        name = "orphan_demo-0.1-py3-none-any.whl"
-        files = {{
-            "orphan_demo/__init__.py": b"ANSWER = 42\\n",
-            "orphan_demo-0.1.dist-info/METADATA":
-                b"Metadata-Version: 2.1\\nName: orphan-demo\\nVersion: 0.1\\n",
-            "orphan_demo-0.1.dist-info/WHEEL":
-                b"Wheel-Version: 1.0\\nGenerator: test\\nRoot-Is-Purelib: true\\nTag: py3-none-any\\n",
-        }}
-        record = []
-        with zipfile.ZipFile(Path(wheel_directory) / name, "w") as wheel:
-            for path, data in files.items():
-                wheel.writestr(path, data)
-                digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=")
-                record.append(f"{{path}},sha256={{digest.decode()}},{{len(data)}}")
-            record.append("orphan_demo-0.1.dist-info/RECORD,,")
-            wheel.writestr("orphan_demo-0.1.dist-info/RECORD", "\\n".join(record) + "\\n")
-        return name
+        files = {{"orphan_demo/__init__.py": b"ANSWER = 42\\n"}}
+        return pure_wheel(Path(wheel_directory), "orphan-demo", "0.1", files).name
     '''
 )
 
@@ -78,6 +66,7 @@ def test_kill_9_of_kiln_build_leaves_no_compile_beside_the_next_build(tmp_path: 
     package = tmp_path / "pkg"
     (package / "backend").mkdir(parents=True)
     (package / "backend" / "orphan_backend.py").write_text(BACKEND.format(state=str(state)))
+    copy_beside(package / "backend")
     (package / "pyproject.toml").write_text(
         '[build-system]\nrequires = []\nbuild-backend = "orphan_backend"\n'
         'backend-path = ["backend"]\n'
