@@ -1,11 +1,23 @@
-"""Hot over cold: one run of a recipe (default demo-kernels) built twice with a fresh cache.
+"""Hot over cold: one run of a recipe (default demo-kernels) built cold with a fresh
+cache, then hot (every compile a hit) several times.
 
 For a Cython package (``demo-cython``) both builds' Cython counters are printed too.
 
-    .venv/bin/python benchmarks/bench_cache.py [RECIPE] [--json]
+    .venv/bin/python benchmarks/bench_cache.py [RECIPE] [--hot-rounds N] [--json]
 
-Prints the hot/cold wall-time ratio and both builds' cache counters, measured in one
-run so the machine's load affects both alike. Goal: hot/cold ≤ 0.05 on demo-kernels.
+Two figures, each as hot/cold:
+
+* the build step: the build record's ``wall_seconds``, which times the backend's run
+  (configure, compiles, link, wheel) and nothing else;
+* the whole job: the ``kiln build`` process from start to exit, timed here around it.
+  It holds the build step and kiln's own work in the job (its start, the source copy
+  and digest, the build environment's lookup, the toolchain probes, the wheel's checks,
+  the record). This is the honest headline: it is what a user waits for.
+
+Hot figures are medians over ``--hot-rounds`` builds (n and min–max printed); the cold
+build is one build. The load average before and after is printed, because load
+stretches cold and hot builds by different factors. Goal: hot/cold ≤ 0.05 on
+demo-kernels.
 """
 
 from __future__ import annotations
@@ -13,15 +25,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def kiln_build(recipe: str, scratch: Path, env: dict[str, str]) -> dict[str, object]:
+def kiln_build(recipe: str, scratch: Path, env: dict[str, str]) -> tuple[dict[str, object], float]:
+    """One ``kiln build``: its build record and the process's seconds, start to exit."""
     argv = [
         sys.executable,
         "-m",
@@ -37,31 +52,64 @@ def kiln_build(recipe: str, scratch: Path, env: dict[str, str]) -> dict[str, obj
         str(scratch / "ccache"),
         "--no-wheel-cache",
     ]
+    started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    whole = time.perf_counter() - started
     if done.returncode != 0:
         sys.exit(f"kiln build failed:\n{done.stderr[-3000:]}")
     record: dict[str, object] = json.loads(done.stdout)
-    return record
+    return record, whole
+
+
+def _load() -> str:
+    return "/".join(f"{value:.1f}" for value in os.getloadavg())
+
+
+def _spread(values: list[float]) -> dict[str, float | int]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "n": len(values),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("recipe", nargs="?", default="demo-kernels")
+    parser.add_argument(
+        "--hot-rounds", type=int, default=3, help="hot builds after the cold one (median)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    if args.hot_rounds < 1:
+        parser.error("--hot-rounds must be at least 1")
+    load_before = _load()
     with tempfile.TemporaryDirectory(prefix="kiln-bench-cache-") as tmp:
         scratch = Path(tmp)
         env = dict(os.environ)
         # Reuse the machine's build environments (not part of this figure); the cache is fresh.
-        cold = kiln_build(args.recipe, scratch, env)
-        hot = kiln_build(args.recipe, scratch, env)
+        cold, cold_whole = kiln_build(args.recipe, scratch, env)
+        hots = [kiln_build(args.recipe, scratch, env) for _ in range(args.hot_rounds)]
+    load_after = _load()
+    hot = hots[-1][0]
     cold_cache, hot_cache = cold["cache"], hot["cache"]
     assert isinstance(cold_cache, dict) and isinstance(hot_cache, dict)
+    cold_build = float(cold["wall_seconds"])  # type: ignore[arg-type]
+    hot_build = _spread([float(record["wall_seconds"]) for record, _ in hots])  # type: ignore[arg-type]
+    hot_whole = _spread([whole for _, whole in hots])
     figures = {
         "recipe": args.recipe,
-        "cold_wall_seconds": cold["wall_seconds"],
-        "hot_wall_seconds": hot["wall_seconds"],
-        "hot_over_cold": round(float(hot["wall_seconds"]) / float(cold["wall_seconds"]), 4),  # type: ignore[arg-type]
+        # The build step (the record's wall_seconds): the backend's run alone.
+        "cold_wall_seconds": cold_build,
+        "hot_wall_seconds": hot_build["median"],
+        "hot_over_cold": round(hot_build["median"] / cold_build, 4),
+        "hot_build_seconds": hot_build,
+        # The whole job: the kiln process, start to exit (the headline).
+        "cold_job_seconds": round(cold_whole, 3),
+        "hot_job_seconds": hot_whole,
+        "job_hot_over_cold": round(hot_whole["median"] / cold_whole, 4),
+        "load_average": {"before": load_before, "after": load_after},
         "cold_cache": {k: cold_cache[k] for k in ("hits", "misses", "total")},
         "hot_cache": {k: hot_cache[k] for k in ("hits", "misses", "total")},
         # Cython transpiles (examples/demo-cython): counted apart from the compiles
@@ -72,10 +120,11 @@ def main() -> None:
     if args.json:
         print(json.dumps(figures, indent=2))
         return
+    n = hot_build["n"]
     print(
-        f"{args.recipe}: cold {figures['cold_wall_seconds']:.1f} s "
-        f"({cold_cache['hits']} hits / {cold_cache['misses']} misses), "
-        f"hot {figures['hot_wall_seconds']:.1f} s ({hot_cache['hits']} hits / {hot_cache['misses']} misses)"
+        f"{args.recipe}: cold {cold_cache['hits']} hits / {cold_cache['misses']} misses, "
+        f"hot {hot_cache['hits']} hits / {hot_cache['misses']} misses "
+        f"(load average 1/5/15 min: {load_before} before, {load_after} after)"
     )
     cold_cython, hot_cython = figures["cold_cython"], figures["hot_cython"]
     assert isinstance(cold_cython, dict) and isinstance(hot_cython, dict)
@@ -84,7 +133,16 @@ def main() -> None:
             f"Cython: cold {cold_cython['hits']} hits / {cold_cython['misses']} misses, "
             f"hot {hot_cython['hits']} hits / {hot_cython['misses']} misses"
         )
-    print(f"hot/cold wall = {figures['hot_over_cold']:.3f} (goal <= 0.05)")
+    print(
+        f"whole job (kiln start to exit): cold {cold_whole:.2f} s, hot {hot_whole['median']:.2f} s "
+        f"(median of {n}, {hot_whole['min']:.2f}–{hot_whole['max']:.2f}); "
+        f"hot/cold = {figures['job_hot_over_cold']:.3f} (goal <= 0.05)"
+    )
+    print(
+        f"build step (record's wall_seconds): cold {cold_build:.2f} s, "
+        f"hot {hot_build['median']:.2f} s (median of {n}, {hot_build['min']:.2f}–{hot_build['max']:.2f}); "
+        f"hot/cold = {figures['hot_over_cold']:.3f}"
+    )
 
 
 if __name__ == "__main__":
