@@ -304,6 +304,7 @@ def build_cell(
             environment.path,
             backend.config_settings,
             kiln_home() / "cmake-id",
+            python=seen.python,
         )
     if cache is not None:
         cache.start()
@@ -344,7 +345,7 @@ def build_cell(
         if cache is not None:
             cache.stop()
     if kept_identification is not None and done.returncode == 0:
-        cmake_id.keep(*kept_identification, job_dir / "build")
+        cmake_id.keep_all(kept_identification, job_dir / "build")
     if sanity_marker is not None and done.returncode == 0:
         meson_sanity.mark(sanity_marker)
     wheels = sorted(dist.glob("*.whl"))

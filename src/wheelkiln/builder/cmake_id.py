@@ -18,6 +18,22 @@ the environment variables CMake reads for it (flags, ``CUDAARCHS``, ``CUDA_*``, 
 ``pyproject.toml`` (languages, variables set before ``project()``, scikit-build-core's
 defines) and the backend's config settings. Anything else changes the key only through
 these, which is why the files are dropped, not reused, when any is unreadable.
+
+FindPython's answers about the build's interpreter are kept the same way, beside the
+identification (:data:`PYTHON_CACHE_ENTRY`). A fresh build directory made FindPython
+start the interpreter six times (version, ABI, paths, SOABI) and pybind11 twice more
+(debug build, module suffix): 0.3 s of a hot demo-kernels configure at load 5. Those
+answers are a function of the interpreter alone, so their key is the identification's
+and the interpreter's (:func:`python_key`): the path CMake is given (the build
+environment's, named after its lock) and the binary it resolves to by path, inode, size
+and modification time, with the venv's ``pyvenv.cfg``. FindPython and pybind11 also
+check the kept answers themselves: both ask again when the executable they are given is
+not the one the answers came from.
+
+The results of the project's own checks (``try_compile``: pybind11's ``HAS_FLTO_AUTO``,
+FindThreads' ``CMAKE_HAVE_LIBC_PTHREAD``) are not kept: a check may read any header or
+library on the system (``check_include_file``, ``check_library_exists``), and a failed
+check depends on a file being absent; no key kiln can read names those files.
 """
 
 from __future__ import annotations
@@ -28,6 +44,7 @@ import os
 import re
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from wheelkiln.builder.probes import probe
@@ -53,6 +70,29 @@ CMakeDetermineSystem.cmake, CMakeFindBinUtils.cmake), kept with the files: witho
 CMAKE_EXECUTABLE_FORMAT=ELF CMake refuses to install an RPATH target under Ninja, and
 without CMAKE_STRIP there is no install/strip target. With them, the seeded configure
 writes the same build.ninja as a full one (checked on demo-kernels)."""
+
+
+PYTHON_CACHE_ENTRY = re.compile(
+    r"_Python[23]?(_[A-Za-z0-9_]+)?"
+    r"|PYTHON_IS_DEBUG|PYTHON_MODULE_(EXTENSION|DEBUG_POSTFIX)"
+    r"|PYBIND11_PYTHON_EXECUTABLE_LAST|_PYBIND11_CROSSCOMPILING"
+)
+"""INTERNAL cache entries that hold what FindPython (``_Python_*``: the executable, its
+properties and signatures) and pybind11 (debug build, module suffix, and the executable
+they came from) asked the interpreter."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    """Where a build's identification (and its interpreter's answers) are kept."""
+
+    identification: Path
+    """``$KILN_HOME/cmake-id/<identification key>``."""
+    version: str
+    """CMake's version: the name of ``CMakeFiles/<version>``."""
+    python: Path | None = None
+    """``<identification>/python-<key>`` (:func:`python_key`), or None without an
+    interpreter to key by."""
 
 
 def find_cmake(build_env: Path, environ: Mapping[str, str]) -> str | None:
@@ -126,6 +166,24 @@ def identification_key(
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
 
+def python_key(python: Path) -> str | None:
+    """The digest of what FindPython's answers depend on in *python*, the interpreter
+    CMake is given (``Python_EXECUTABLE``): that path, the binary it resolves to (path,
+    inode, size, mtime) and the ``pyvenv.cfg`` beside or above it. None when the
+    interpreter cannot be read (nothing is kept or seeded then)."""
+    try:
+        binary = Path(os.path.realpath(python))
+        status = binary.stat()
+        venv = python.parent.parent / "pyvenv.cfg"
+        config = venv.read_text(errors="replace") if venv.is_file() else ""
+    except OSError:
+        return None
+    blob = json.dumps(
+        [str(python), str(binary), status.st_ino, status.st_size, status.st_mtime_ns, config]
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
 def _kept_files(directory: Path) -> list[Path]:
     return sorted(
         [
@@ -136,16 +194,52 @@ def _kept_files(directory: Path) -> list[Path]:
     )
 
 
-def seed(store: Path, build_dir: Path, version: str) -> bool:
-    """Put a kept identification into a fresh *build_dir*; False when none is kept."""
+def seed(store: Path, build_dir: Path, version: str, python: Path | None = None) -> bool:
+    """Put a kept identification (and, from *python*, a kept interpreter's answers) into
+    a fresh *build_dir*; False when no identification is kept."""
     if not (store / "complete").is_file() or (build_dir / "CMakeCache.txt").exists():
         return False
     target = build_dir / "CMakeFiles" / version
     target.mkdir(parents=True, exist_ok=True)
     for file in _kept_files(store):
         shutil.copy2(file, target / file.name)
-    (build_dir / "CMakeCache.txt").write_text(SEEDED_CACHE + (store / "cache.txt").read_text())
+    answers = ""
+    if python is not None and (python / "complete").is_file():
+        answers = (python / "cache.txt").read_text()
+    cache = SEEDED_CACHE + (store / "cache.txt").read_text() + answers
+    (build_dir / "CMakeCache.txt").write_text(cache)
     return True
+
+
+def _write_whole(store: Path, files: Mapping[str, str | Path]) -> None:
+    """Write *store* once, whole: staged, then renamed (a parallel job may win)."""
+    staging = store.with_name(f".{store.name}.{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name, content in files.items():
+        if isinstance(content, Path):
+            shutil.copy2(content, staging / name)
+        else:
+            (staging / name).write_text(content)
+    try:
+        staging.rename(store)
+    except OSError:  # kept meanwhile by a parallel job
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def keep_python(store: Path, build_dir: Path) -> None:
+    """Keep a successful configure's interpreter answers (:data:`PYTHON_CACHE_ENTRY`)."""
+    if (store / "complete").is_file() or not (build_dir / "CMakeCache.txt").is_file():
+        return
+    cache = (build_dir / "CMakeCache.txt").read_text(errors="replace").splitlines()
+    kept = [
+        line
+        for line in cache
+        if ":INTERNAL=" in line and PYTHON_CACHE_ENTRY.fullmatch(line.split(":", 1)[0])
+    ]
+    if not any(line.startswith("_Python") for line in kept):
+        return  # FindPython did not run: nothing to keep
+    _write_whole(store, {"cache.txt": "".join(f"{line}\n" for line in kept), "complete": ""})
 
 
 def keep(store: Path, version: str, build_dir: Path) -> None:
@@ -156,19 +250,23 @@ def keep(store: Path, version: str, build_dir: Path) -> None:
         return
     if not (build_dir / "CMakeCache.txt").is_file():
         return
-    staging = store.with_name(f".{store.name}.{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    for file in files:
-        shutil.copy2(file, staging / file.name)
     cache = (build_dir / "CMakeCache.txt").read_text(errors="replace").splitlines()
     kept = [line for line in cache if KEPT_CACHE_ENTRY.fullmatch(line.split(":", 1)[0])]
-    (staging / "cache.txt").write_text("".join(f"{line}\n" for line in kept))
-    (staging / "complete").write_text(version + "\n")
-    try:
-        staging.rename(store)
-    except OSError:  # kept meanwhile by a parallel job
-        shutil.rmtree(staging, ignore_errors=True)
+    _write_whole(
+        store,
+        {
+            **{file.name: file for file in files},
+            "cache.txt": "".join(f"{line}\n" for line in kept),
+            "complete": version + "\n",
+        },
+    )
+
+
+def keep_all(kept: Kept, build_dir: Path) -> None:
+    """After a successful build: keep its identification and its interpreter answers."""
+    keep(kept.identification, kept.version, build_dir)
+    if kept.python is not None and (kept.identification / "complete").is_file():
+        keep_python(kept.python, build_dir)
 
 
 def prepare(
@@ -178,14 +276,18 @@ def prepare(
     build_env: Path,
     config_settings: Sequence[tuple[str, str]],
     store_root: Path,
-) -> tuple[Path, str] | None:
-    """Seed *build_dir* from a kept identification where one matches; returns where to
-    keep this build's (``keep(*returned, build_dir)`` after a successful build), or
+    python: Path | None = None,
+) -> Kept | None:
+    """Seed *build_dir* from a kept identification where one matches, with the kept
+    answers of *python* (the interpreter the backend hands CMake) where they match too;
+    returns where to keep this build's (:func:`keep_all` after a successful build), or
     ``None`` when no cmake is found."""
     cmake = find_cmake(build_env, environ)
     version = cmake_version(cmake) if cmake else None
     if cmake is None or version is None:
         return None
     store = store_root / identification_key(cmake, version, tree, environ, config_settings)
-    seed(store, build_dir, version)
-    return store, version
+    interpreter = python_key(python) if python is not None else None
+    answers = store / f"python-{interpreter}" if interpreter is not None else None
+    seed(store, build_dir, version, answers)
+    return Kept(store, version, answers)
