@@ -146,7 +146,7 @@ def test_kept_interpreter_answers_skip_findpython_and_only_for_that_interpreter(
     identification.mkdir(parents=True)
     (identification / "cache.txt").write_text("")
     (identification / "complete").write_text("3.25.1\n")
-    kept = Kept(identification, "3.25.1", identification / f"python-{key_a}")
+    kept = Kept(identification, "3.25.1", identification / f"python-{key_a}", python_a)
     keep_all(kept, tmp_path / "build1")
     answers = (identification / f"python-{key_a}" / "cache.txt").read_text()
     assert "_Python_INTERPRETER_PROPERTIES:INTERNAL=" in answers
@@ -180,20 +180,27 @@ def test_interpreter_answers_are_kept_alone_and_only_with_an_identification(
     built.mkdir()
     (built / "CMakeCache.txt").write_text(
         "_Python_EXECUTABLE:INTERNAL=/env/bin/python\n"
+        "_Python_INTERPRETER_PROPERTIES:INTERNAL=Python;3;11\n"
+        "_Python2_EXECUTABLE:INTERNAL=/usr/bin/python2\n"
+        "_Python2_INTERPRETER_PROPERTIES:INTERNAL=Python;2;7\n"
+        "PYBIND11_PYTHON_EXECUTABLE_LAST:INTERNAL=/env/bin/python\n"
         "PYTHON_MODULE_EXTENSION:INTERNAL=.cpython-311-x86_64-linux-gnu.so\n"
         "Python_EXECUTABLE:PATH=/env/bin/python\n"
         "HAS_FLTO_AUTO:INTERNAL=1\nCMAKE_HAVE_LIBC_PTHREAD:INTERNAL=1\n"
     )
     identification = tmp_path / "cmake-id" / "key"
-    kept = Kept(identification, "3.25.1", identification / "python-k")
+    kept = Kept(identification, "3.25.1", identification / "python-k", Path("/env/bin/python"))
     keep_all(kept, built)
     assert not identification.exists(), "no identification kept: no answers either"
     identification.mkdir(parents=True)
     (identification / "complete").write_text("3.25.1\n")
     keep_all(kept, built)
-    # FindPython's and pybind11's own entries: never the project's check results, never
-    # the executable the backend passes (it is passed again).
+    # FindPython's and pybind11's answers about this interpreter: never those about
+    # another one FindPython searched for, never the project's check results, never the
+    # executable the backend passes (it is passed again).
     assert (identification / "python-k" / "cache.txt").read_text() == (
         "_Python_EXECUTABLE:INTERNAL=/env/bin/python\n"
+        "_Python_INTERPRETER_PROPERTIES:INTERNAL=Python;3;11\n"
+        "PYBIND11_PYTHON_EXECUTABLE_LAST:INTERNAL=/env/bin/python\n"
         "PYTHON_MODULE_EXTENSION:INTERNAL=.cpython-311-x86_64-linux-gnu.so\n"
     )

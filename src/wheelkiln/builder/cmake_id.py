@@ -20,7 +20,7 @@ defines) and the backend's config settings. Anything else changes the key only t
 these, which is why the files are dropped, not reused, when any is unreadable.
 
 FindPython's answers about the build's interpreter are kept the same way, beside the
-identification (:data:`PYTHON_CACHE_ENTRY`). A fresh build directory made FindPython
+identification (:func:`interpreter_answers`). A fresh build directory made FindPython
 start the interpreter six times (version, ABI, paths, SOABI) and pybind11 twice more
 (debug build, module suffix): 0.3 s of a hot demo-kernels configure at load 5. Those
 answers are a function of the interpreter alone, so their key is the identification's
@@ -72,14 +72,14 @@ without CMAKE_STRIP there is no install/strip target. With them, the seeded conf
 writes the same build.ninja as a full one (checked on demo-kernels)."""
 
 
-PYTHON_CACHE_ENTRY = re.compile(
-    r"_Python[23]?(_[A-Za-z0-9_]+)?"
-    r"|PYTHON_IS_DEBUG|PYTHON_MODULE_(EXTENSION|DEBUG_POSTFIX)"
+FINDPYTHON_ENTRY = re.compile(r"(_Python[23]?)(_[A-Za-z0-9_]+)?")
+"""FindPython's INTERNAL cache entries (``_Python_EXECUTABLE``, its properties, the
+signatures it checks them by); group 1 is the module's prefix."""
+PYBIND11_ENTRY = re.compile(
+    r"PYTHON_IS_DEBUG|PYTHON_MODULE_(EXTENSION|DEBUG_POSTFIX)"
     r"|PYBIND11_PYTHON_EXECUTABLE_LAST|_PYBIND11_CROSSCOMPILING"
 )
-"""INTERNAL cache entries that hold what FindPython (``_Python_*``: the executable, its
-properties and signatures) and pybind11 (debug build, module suffix, and the executable
-they came from) asked the interpreter."""
+"""pybind11's INTERNAL answers about the interpreter, and the executable they came from."""
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,8 @@ class Kept:
     python: Path | None = None
     """``<identification>/python-<key>`` (:func:`python_key`), or None without an
     interpreter to key by."""
+    interpreter: Path | None = None
+    """The interpreter the backend hands CMake, whose answers are kept."""
 
 
 def find_cmake(build_env: Path, environ: Mapping[str, str]) -> str | None:
@@ -227,18 +229,36 @@ def _write_whole(store: Path, files: Mapping[str, str | Path]) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def keep_python(store: Path, build_dir: Path) -> None:
-    """Keep a successful configure's interpreter answers (:data:`PYTHON_CACHE_ENTRY`)."""
+def interpreter_answers(cache: Sequence[str], python: Path) -> list[str]:
+    """The lines of a CMake cache that hold what FindPython and pybind11 asked *python*:
+    only those whose recorded executable is *python* itself. Answers about another
+    interpreter (one FindPython searched for, ``find_package(Python2)``) depend on what
+    else is installed, which the key does not cover."""
+    entries = [line.split(":INTERNAL=", 1) for line in cache if ":INTERNAL=" in line]
+    values = {name: value for name, value in entries}
+    given = str(python)
+    kept: list[str] = []
+    for name, value in entries:
+        findpython = FINDPYTHON_ENTRY.fullmatch(name)
+        if findpython:
+            source = values.get(f"{findpython[1]}_EXECUTABLE")
+        elif PYBIND11_ENTRY.fullmatch(name):
+            source = values.get("PYBIND11_PYTHON_EXECUTABLE_LAST")
+        else:
+            continue
+        if source == given:
+            kept.append(f"{name}:INTERNAL={value}")
+    return kept
+
+
+def keep_python(store: Path, build_dir: Path, python: Path) -> None:
+    """Keep a successful configure's answers about *python* (:func:`interpreter_answers`)."""
     if (store / "complete").is_file() or not (build_dir / "CMakeCache.txt").is_file():
         return
     cache = (build_dir / "CMakeCache.txt").read_text(errors="replace").splitlines()
-    kept = [
-        line
-        for line in cache
-        if ":INTERNAL=" in line and PYTHON_CACHE_ENTRY.fullmatch(line.split(":", 1)[0])
-    ]
-    if not any(line.startswith("_Python") for line in kept):
-        return  # FindPython did not run: nothing to keep
+    kept = interpreter_answers(cache, python)
+    if not kept:
+        return  # FindPython did not run, or not for this interpreter
     _write_whole(store, {"cache.txt": "".join(f"{line}\n" for line in kept), "complete": ""})
 
 
@@ -265,8 +285,10 @@ def keep(store: Path, version: str, build_dir: Path) -> None:
 def keep_all(kept: Kept, build_dir: Path) -> None:
     """After a successful build: keep its identification and its interpreter answers."""
     keep(kept.identification, kept.version, build_dir)
-    if kept.python is not None and (kept.identification / "complete").is_file():
-        keep_python(kept.python, build_dir)
+    if kept.python is None or kept.interpreter is None:
+        return
+    if (kept.identification / "complete").is_file():
+        keep_python(kept.python, build_dir, kept.interpreter)
 
 
 def prepare(
@@ -290,4 +312,4 @@ def prepare(
     interpreter = python_key(python) if python is not None else None
     answers = store / f"python-{interpreter}" if interpreter is not None else None
     seed(store, build_dir, version, answers)
-    return Kept(store, version, answers)
+    return Kept(store, version, answers, python)
