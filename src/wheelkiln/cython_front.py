@@ -28,7 +28,7 @@ the wrapper then stubs the TU's compile, as it would any other.
 """
 
 # Per-transpile path: pathlib costs ~8 ms to import, so os.path strings.
-# ruff: noqa: PTH100, PTH108, PTH109, PTH113, PTH116, PTH117, PTH118, PTH119, PTH120, PTH122, PTH208, SIM105
+# ruff: noqa: PTH100, PTH108, PTH109, PTH113, PTH116, PTH118, PTH119, PTH120, PTH122, SIM105
 from __future__ import annotations
 
 import os
@@ -36,7 +36,6 @@ import sys
 import time
 
 from wheelkiln.cache import cython as store
-from wheelkiln.per_tu import CYTHON_FRONT_MARK
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -232,97 +231,43 @@ class CythonCall:
         return kept
 
 
-def find_real(name: str, front_dir: str, environ: Mapping[str, str]) -> str | None:
-    """The first *name* on PATH that is not a kiln front."""
-    front = os.path.realpath(front_dir)
-    for entry in environ.get("PATH", "").split(os.pathsep):
-        if not entry or os.path.realpath(entry) == front:
-            continue
-        candidate = os.path.join(entry, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            with open(candidate, "rb") as handle:
-                if CYTHON_FRONT_MARK.encode() in handle.read(512):
-                    continue
-            return candidate
-    return None
-
-
-def cython_package(real: str) -> tuple[str, str] | None:
-    """(version, package directory) of the Cython that the script *real* runs: the
-    ``site-packages/Cython`` of the environment the script sits in (``<env>/bin/cython``;
-    pip's and uv's console scripts alike), else of its ``#!`` interpreter.
-    ``Shadow.py`` holds the version."""
-    prefixes = [os.path.dirname(os.path.dirname(os.path.abspath(real)))]
-    try:
-        with open(real, "rb") as handle:
-            first = handle.readline().decode("utf-8", "replace")
-    except OSError:
-        return None
-    interpreter = first[2:].strip().split(" ")[0] if first.startswith("#!") else ""
-    if os.path.isabs(interpreter):
-        prefixes.append(os.path.dirname(os.path.dirname(interpreter)))
-    for prefix in prefixes:
-        lib = os.path.join(prefix, "lib")
-        try:
-            pythons = sorted(name for name in os.listdir(lib) if name.startswith("python"))
-        except OSError:
-            continue
-        for python in pythons:
-            package = os.path.join(lib, python, "site-packages", "Cython")
-            version = _shadow_version(os.path.join(package, "Shadow.py"))
-            if version:
-                return version, package
-    return None
-
-
-def _shadow_version(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("__version__"):
-                    return line.split("=", 1)[1].strip().strip("'\"")
-    except OSError:
-        return None
-    return None
-
-
 VERSION_ARGUMENTS = (("-V",), ("--version",))
 """Asked by meson for every machine it configures (``cython -V``), each time a Python
 start and Cython's import: 0.3 s apiece on this machine."""
 
 
-def answer_version(real: str, args: Sequence[str], cache: store.TranspileCache) -> int:
-    """``cython -V``: the real Cython's answer (exit code, stdout and stderr as it wrote
-    them), kept in the cache under a key of the script (path, inode, size, mtime) and
-    the Cython package it runs (directory and ``Shadow.py`` version). Reinstalling
-    Cython rewrites its script, so the key changes with the answer."""
+def version_answer(
+    real: str, args: Sequence[str], cache: store.TranspileCache
+) -> tuple[int, str, str] | None:
+    """The real Cython's answer to *args* (``-V``): exit code, stdout and stderr as it
+    wrote them, from the cache (:func:`wheelkiln.cache.cython.version_path`) or asked
+    of it and kept when its exit code is 0. None when the script or its package cannot
+    be read: nothing is kept then and Cython answers for itself."""
+    path = store.version_path(cache.directory, real, args)
+    if path is None:
+        return None
+    kept = store.read_version(path)
+    if kept is not None:
+        return kept
     import json
 
-    package = cython_package(real)
-    try:
-        script = os.stat(real)
-    except OSError:
-        package = None
-    if package is None:
-        return _spawn([real, *args])
-    key = store.module_key(
-        ["version", os.path.abspath(real),
-         f"{script.st_ino}:{script.st_size}:{script.st_mtime_ns}", *package, *args]
-    )  # fmt: skip
-    path = os.path.join(cache.directory, "versions", key[:2], key + ".json")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            kept = json.load(handle)
-        code, out, err = int(kept["code"]), str(kept["stdout"]), str(kept["stderr"])
-    except (OSError, ValueError, KeyError, TypeError):
-        from wheelkiln.shard.wrapper import spawn_capturing
+    from wheelkiln.shard.wrapper import spawn_capturing
 
-        code, out_bytes, err_bytes = spawn_capturing([real, *args])
-        out = out_bytes.decode("utf-8", "surrogateescape")
-        err = err_bytes.decode("utf-8", "surrogateescape")
-        if code == 0:
-            blob = {"code": code, "stdout": out, "stderr": err}
-            store.write_atomic(path, json.dumps(blob).encode("utf-8", "surrogateescape"))
+    code, out_bytes, err_bytes = spawn_capturing([real, *args])
+    out = out_bytes.decode("utf-8", "surrogateescape")
+    err = err_bytes.decode("utf-8", "surrogateescape")
+    if code == 0:
+        blob = {"code": code, "stdout": out, "stderr": err}
+        store.write_atomic(path, json.dumps(blob).encode("utf-8", "surrogateescape"))
+    return code, out, err
+
+
+def answer_version(real: str, args: Sequence[str], cache: store.TranspileCache) -> int:
+    """``cython -V`` on the command line: :func:`version_answer` written out."""
+    answer = version_answer(real, args, cache)
+    if answer is None:
+        return _spawn([real, *args])
+    code, out, err = answer
     os.write(1, out.encode("utf-8", "surrogateescape"))
     os.write(2, err.encode("utf-8", "surrogateescape"))
     return code
@@ -340,7 +285,7 @@ def transpile(front: str, args: Sequence[str], environ: Mapping[str, str]) -> in
     """Run one ``cython`` command line through the cache; its exit code."""
     started, started_wall = _now(), time.time()
     name = os.path.basename(front)
-    real = find_real(name, os.path.dirname(os.path.abspath(front)), environ)
+    real = store.find_real(name, os.path.dirname(os.path.abspath(front)), environ)
     if real is None:
         sys.stderr.write(f"kiln cython front: no {name!r} on PATH after {front}\n")
         return 127
@@ -358,7 +303,7 @@ def transpile(front: str, args: Sequence[str], environ: Mapping[str, str]) -> in
         write_placeholder(output, call.depfile, cwd)
         _log(settings, settings.paths(None), source, output, cwd, "stub", started, "cli")
         return 0
-    package = cython_package(real) if call.cacheable else None
+    package = store.cython_package(real) if call.cacheable else None
     paths = settings.paths(package[1] if package else None)
     if settings.cache is None or package is None:
         code = _spawn([real, *args])
@@ -382,7 +327,9 @@ def transpile(front: str, args: Sequence[str], environ: Mapping[str, str]) -> in
     if entry is not None:
         _restore(cache, entry, os.path.join(cwd, output))
         if call.depfile and entry.depfile is not None:
-            store.write_atomic(os.path.join(cwd, output + ".dep"), paths.detokenize(entry.depfile).encode())
+            store.write_atomic(
+                os.path.join(cwd, output + ".dep"), paths.detokenize(entry.depfile).encode()
+            )
         _log(settings, paths, source, output, cwd, "hit", started, "cli")
         return 0
     code = _spawn([real, *([] if call.depfile else ["-M"]), *args])

@@ -23,7 +23,7 @@ SRC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 CYTHON_FRONT_MARK = "wheelkiln Cython front"
-"""In every Cython front script, so :func:`wheelkiln.cython_front.find_real` skips them."""
+"""In every Cython front script, so :func:`wheelkiln.cache.cython.find_real` skips them."""
 
 
 def _python_c(code: str, python: str | None) -> list[str]:

@@ -46,10 +46,17 @@ def test_paths_in_a_build_environment_are_keyed_by_its_key_not_the_workdir() -> 
 
 def test_command_line_parsing_and_key_arguments() -> None:
     call = cython_front.CythonCall(["-M", "--fast-fail", "-3", "/w/src/a.pyx", "-o", "a.pyx.c"])
-    assert (call.sources, call.output, call.depfile, call.cacheable) == (["/w/src/a.pyx"], "a.pyx.c", True, True)
+    assert (call.sources, call.output, call.depfile, call.cacheable) == (
+        ["/w/src/a.pyx"],
+        "a.pyx.c",
+        True,
+        True,
+    )
     paths = store.PathKeys("/w/src", "/w/build", None)
     assert call.key_arguments(paths) == ["--fast-fail", "-3"]
-    cplus = cython_front.CythonCall(["--cplus", "-X", "boundscheck=False", "b.pyx", "-I", "/w/src/inc"])
+    cplus = cython_front.CythonCall(
+        ["--cplus", "-X", "boundscheck=False", "b.pyx", "-I", "/w/src/inc"]
+    )
     assert cplus.output == "b.cpp" and cplus.cacheable
     assert cplus.key_arguments(paths) == ["--cplus", "-X", "boundscheck=False", "-I", "<root>/inc"]
     assert not cython_front.CythonCall(["-a", "c.pyx"]).cacheable  # writes an .html too
@@ -76,7 +83,11 @@ def test_manifest_hits_only_while_every_dependency_is_unchanged(tmp_path: Path) 
     (pkg / "common.pxd").write_text("cdef int x\n")
     paths = store.PathKeys(str(tmp_path / "src"), str(tmp_path / "build"), None)
     cache = store.TranspileCache(str(tmp_path / "cache"))
-    cache.store("k" * 64, _entry(tmp_path, paths, b"/* one */"), {store.sha256_bytes(b"/* one */"): b"/* one */"})
+    cache.store(
+        "k" * 64,
+        _entry(tmp_path, paths, b"/* one */"),
+        {store.sha256_bytes(b"/* one */"): b"/* one */"},
+    )
     hit = cache.lookup("k" * 64, paths)
     assert hit is not None and cache.read_result(hit.outputs[""]) == b"/* one */"
     assert hit.depfile == "a.c: \\\n  <root>/pkg/a.pyx\n"
@@ -91,7 +102,11 @@ def test_manifest_hits_only_while_every_dependency_is_unchanged(tmp_path: Path) 
 
     (pkg / "common.pxd").write_text("cdef long x\n")
     assert cache.lookup("k" * 64, paths) is None, "a changed .pxd must miss"
-    cache.store("k" * 64, _entry(tmp_path, paths, b"/* two */"), {store.sha256_bytes(b"/* two */"): b"/* two */"})
+    cache.store(
+        "k" * 64,
+        _entry(tmp_path, paths, b"/* two */"),
+        {store.sha256_bytes(b"/* two */"): b"/* two */"},
+    )
     second = cache.lookup("k" * 64, paths)
     assert second is not None and cache.read_result(second.outputs[""]) == b"/* two */"
     (pkg / "common.pxd").write_text("cdef int x\n")  # back: the older entry serves again
@@ -135,8 +150,8 @@ def test_find_real_skips_kiln_fronts(tmp_path: Path) -> None:
     (other_front / "cython").write_text(f"#!/bin/sh\n# {CYTHON_FRONT_MARK}\n")
     (other_front / "cython").chmod(0o755)
     path = f"{fronts}:{other_front}:{real}"
-    assert cython_front.find_real("cython", str(fronts), {"PATH": path}) == str(real / "cython")
-    assert cython_front.find_real("cython3", str(fronts), {"PATH": path}) is None
+    assert store.find_real("cython", str(fronts), {"PATH": path}) == str(real / "cython")
+    assert store.find_real("cython3", str(fronts), {"PATH": path}) is None
 
 
 @pytest.mark.parametrize("depfile", [True, False])
@@ -163,7 +178,7 @@ def test_cython_package_is_found_for_pip_and_uv_scripts(tmp_path: Path, script: 
     (package / "Shadow.py").write_text('# cython.* namespace\n__version__ = "3.3.1"\n')
     (env / "bin").mkdir()
     (env / "bin" / "cython").write_text(script.format(env=env))
-    assert cython_front.cython_package(str(env / "bin" / "cython")) == ("3.3.1", str(package))
+    assert store.cython_package(str(env / "bin" / "cython")) == ("3.3.1", str(package))
 
 
 def test_cython_version_is_answered_from_the_cache_until_cython_changes(
@@ -206,3 +221,145 @@ def test_cython_version_is_answered_from_the_cache_until_cython_changes(
     # Without a cache (the uncached build) Cython answers every time.
     del environ[store.ENV_CACHE]
     assert version() == ("Cython version 3.3.2\n", "Cython version 3.3.2\n", 3)
+
+
+def _fake_cython(env: Path, runs: Path, version: str) -> Path:
+    """A Cython "installed" in *env* (a new script each time, as pip and uv write one)
+    that logs each run to *runs* and answers ``-V`` on both streams."""
+    package = env / "lib" / "python3.11" / "site-packages" / "Cython"
+    package.mkdir(parents=True, exist_ok=True)
+    (package / "Shadow.py").write_text(f'__version__ = "{version}"\n')
+    script = env / "bin" / "cython"
+    script.parent.mkdir(exist_ok=True)
+    script.unlink(missing_ok=True)
+    script.write_text(
+        f"#!/bin/sh\necho run >> {runs}\necho 'Cython version {version}'\n"
+        f"echo 'to stderr {version}' >&2\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def test_the_front_script_answers_cython_v_itself_until_cython_changes(tmp_path: Path) -> None:
+    """meson asks ``cython -V`` twice per setup: the front script answers from the kept
+    answer the build hands it, without starting Python or Cython; a reinstalled Cython
+    is asked again, and its answer is kept for the next build."""
+    import subprocess
+
+    from wheelkiln.builder.toolchain import cython_fronts
+
+    env, runs, cache_dir = tmp_path / "env", tmp_path / "runs", str(tmp_path / "cache")
+    _fake_cython(env, runs, "3.3.1")
+    directories, _ = cython_fronts(tmp_path / "scripts")
+    front = Path(directories[0]) / "cython"
+    behind = f"{env / 'bin'}:/usr/bin:/bin"
+
+    def build(expect_runs: int) -> tuple[str, str]:
+        """One build's setup and meson's question; the real Cython's runs so far."""
+        environ = {"PATH": f"{front.parent}:{behind}", store.ENV_CACHE: cache_dir,
+                   **store.version_environment(cache_dir, behind)}  # fmt: skip
+        done = subprocess.run(
+            [str(front), "-V"], env=environ, capture_output=True, text=True, check=True
+        )
+        assert len(runs.read_text().splitlines()) == expect_runs
+        return done.stdout, done.stderr
+
+    assert store.version_environment(cache_dir, behind) == {}, "nothing kept yet"
+    assert build(1) == ("Cython version 3.3.1\n", "to stderr 3.3.1\n"), "Python front asks"
+    assert store.version_environment(cache_dir, behind) == {
+        store.ENV_VERSION_STDOUT: "Cython version 3.3.1\n",
+        store.ENV_VERSION_STDERR: "to stderr 3.3.1\n",
+    }
+    assert build(1) == ("Cython version 3.3.1\n", "to stderr 3.3.1\n"), "answered by sh"
+    _fake_cython(env, runs, "3.3.2")
+    assert store.version_environment(cache_dir, behind) == {}, "a new Cython is another key"
+    assert build(2) == ("Cython version 3.3.2\n", "to stderr 3.3.2\n")
+    assert build(2) == ("Cython version 3.3.2\n", "to stderr 3.3.2\n")
+    # Other questions, and an answer for another name, still go to the real thing.
+    environ = {"PATH": f"{front.parent}:{behind}", **store.version_environment(cache_dir, behind)}
+    subprocess.run([str(front), "-V", "x.pyx"], env=environ, capture_output=True, check=False)
+    assert len(runs.read_text().splitlines()) == 3
+    assert store.version_environment(None, behind) == {}, "an uncached build keeps nothing"
+
+
+def test_a_failed_version_answer_is_not_kept(tmp_path: Path) -> None:
+    env, runs = tmp_path / "env", tmp_path / "runs"
+    script = _fake_cython(env, runs, "3.3.1")
+    script.write_text(f"#!/bin/sh\necho run >> {runs}\nexit 3\n")
+    cache = store.TranspileCache(str(tmp_path / "cache"))
+    assert cython_front.version_answer(str(script), ["-V"], cache) == (3, "", "")
+    assert store.version_environment(cache.directory, str(script.parent)) == {}
+    assert cython_front.version_answer(str(script), ["-V"], cache) == (3, "", "")
+    assert len(runs.read_text().splitlines()) == 2
+
+
+def test_json_reads_and_writes_without_the_json_module() -> None:
+    import json
+
+    manifest = [{"deps": [["<root>/a.pyx", "ab" * 32], ["<cython>/libc/math.pxd", None]],
+                 "outputs": {"": "cd" * 32, "a.h": "ef" * 32},
+                 "depfile": 'a.c: \\\n  <root>/a\\ b.pyx "q" \u00e9\u4e2d\n',
+                 "n": [1, -2.5e-3, True, False]}]  # fmt: skip
+    text = json.dumps(manifest, indent=1, sort_keys=True)
+    assert store.loads(text) == json.loads(text) == manifest
+    assert store.loads(f"  \n{text}\n") == manifest
+    for bad in ("", "[1, 2", "[1] [2]", '{"a": NaN}', "[Infinity]", "{'a': 1}"):
+        with pytest.raises(ValueError):
+            store.loads(bad)
+    record = {"source": '<root>/a "b"\\c\n\u00e9\ud800', "seconds": 0.017006, "n": 3,
+              "none": None, "flag": True, "outcome": "hit"}  # fmt: skip
+    assert store.dumps_line(record) == json.dumps(record, sort_keys=True)
+    nested = {"b": [1, {"c": 2}], "a": float("nan")}
+    assert store.dumps_line(nested) == json.dumps(nested, sort_keys=True)
+    assert store.sha256_bytes(b"kiln") == __import__("hashlib").sha256(b"kiln").hexdigest()
+
+
+def test_a_hit_on_the_command_line_imports_no_json_hashlib_or_re(tmp_path: Path) -> None:
+    """The hot path imports nothing it does not need: each of these costs a transpile
+    hit more than the rest of its work (json and re ~20 ms, hashlib ~6 ms)."""
+    import json
+    import subprocess
+
+    from wheelkiln import per_tu
+
+    root, build, cache_dir = tmp_path / "src", tmp_path / "build", tmp_path / "cache"
+    (root / "pkg").mkdir(parents=True)
+    build.mkdir()
+    (root / "pkg" / "a.pyx").write_text("cimport common\n")
+    (root / "pkg" / "common.pxd").write_text("cdef int x\n")
+    env, runs = tmp_path / "env", tmp_path / "runs"
+    real = _fake_cython(env, runs, "3.3.1")
+    fronts = tmp_path / "fronts"
+    fronts.mkdir()
+    (fronts / "cython").write_text(f"#!/bin/sh\n# {CYTHON_FRONT_MARK}\n")
+    args = ["-M", "--fast-fail", "-3", str(root / "pkg" / "a.pyx"), "-o", "a.so.p/a.pyx.c"]
+    paths = store.PathKeys(str(root), str(build), None)
+    package = store.cython_package(str(real))
+    assert package is not None
+    call = cython_front.CythonCall(args)
+    key = store.module_key([package[0], "<root>/pkg/a.pyx", store.file_digest(args[3]) or "",
+                            "<build>/a.so.p/a.pyx.c", "<build>", "cli", *call.key_arguments(paths)])  # fmt: skip
+    cache = store.TranspileCache(str(cache_dir))
+    deps = cython_front._dependencies(
+        paths, [args[3], str(root / "pkg" / "common.pxd")], str(build)
+    )
+    output = b"/* the transpile */\n"
+    cache.store(key, store.Entry(deps, {"": store.sha256_bytes(output)}, "a.so.p/a.pyx.c: \\\n  <root>/pkg/a.pyx\n"),
+                {store.sha256_bytes(output): output})  # fmt: skip
+    environ = {"PATH": f"{fronts}:{real.parent}:/usr/bin:/bin", store.ENV_CACHE: str(cache_dir),
+               store.ENV_ROOT: str(root), store.ENV_BUILD_DIR: str(build),
+               store.ENV_LOG: str(tmp_path / "log.jsonl")}  # fmt: skip
+    argv = per_tu.cython_front_argv()
+    argv[-1] = argv[-1].replace(
+        "sys.exit(main())",
+        "code=main();print(sorted(m for m in ('json','hashlib','re') if m in sys.modules));sys.exit(code)",
+    )
+    done = subprocess.run([*argv, str(fronts / "cython"), *args], env=environ, cwd=build,
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert done.stdout.strip() == "[]", done.stdout
+    assert (build / "a.so.p" / "a.pyx.c").read_bytes() == output
+    assert (
+        build / "a.so.p" / "a.pyx.c.dep"
+    ).read_text() == f"a.so.p/a.pyx.c: \\\n  {root}/pkg/a.pyx\n"
+    assert not runs.exists(), "a hit runs no Cython"
+    assert json.loads((tmp_path / "log.jsonl").read_text())["outcome"] == "hit"

@@ -160,7 +160,9 @@ def build_cell(
     mode = frontend.frontend_mode(os.environ)
     # Refused before any work when absent; a job's toolchain has it already.
     linker = (
-        {} if toolchain is not None else linker_versions(recipe.build.linker, loaded.path, os.environ)
+        {}
+        if toolchain is not None
+        else linker_versions(recipe.build.linker, loaded.path, os.environ)
     )
     with ui.step(
         f"Preparing {title}",
@@ -235,16 +237,19 @@ def build_cell(
     env.update(options.job.extra_env)
     cython_log = job_dir / cython_cache.LOG_NAME
     cython_path: list[str] = []
+    behind_fronts = [p for p in (prepend, str(seen.bin_dir), env.get("PATH", "")) if p]
     if cache is not None or options.job.seat_wrapper:
         cython_path, site_hook = cython_fronts()
         env["PYTHONPATH"] = os.pathsep.join(p for p in (site_hook, env.get("PYTHONPATH")) if p)
+        cython_dir = (
+            cython_cache.cache_directory(cache.config.cache_dir, cache.config.namespace)
+            if cache is not None
+            else None
+        )
+        env.update(cython_cache.version_environment(cython_dir, os.pathsep.join(behind_fronts)))
         env.update(
             cython_cache.environment(
-                cache_dir=(
-                    cython_cache.cache_directory(cache.config.cache_dir, cache.config.namespace)
-                    if cache is not None
-                    else None
-                ),
+                cache_dir=cython_dir,
                 log_path=str(cython_log),
                 package_root=str(tree),
                 build_dir=str(backend.build_dir or job_dir / "build"),
@@ -252,9 +257,7 @@ def build_cell(
                 recache=options.recache,
             )
         )
-    env["PATH"] = os.pathsep.join(
-        [p for p in (*cython_path, prepend, str(seen.bin_dir), env.get("PATH", "")) if p]
-    )
+    env["PATH"] = os.pathsep.join([*cython_path, *behind_fronts])
     check_nvcc_flags(env)
     dist = job_dir / "dist"
     dist.mkdir()
@@ -263,8 +266,10 @@ def build_cell(
         front = meson_front(env, kiln_home() / "meson-version", front_scripts_dir())
         if front is not None:
             env["PATH"] = os.pathsep.join((front, env["PATH"]))
-        sanity_marker = kiln_home() / "meson-sanity" / meson_sanity.sanity_key(
-            env, environment.path, backend.config_settings
+        sanity_marker = (
+            kiln_home()
+            / "meson-sanity"
+            / meson_sanity.sanity_key(env, environment.path, backend.config_settings)
         )
         skip = meson_sanity.skip_settings(sanity_marker, job_dir / "kiln-meson-native.ini")
         backend = replace(backend, config_settings=(*backend.config_settings, *skip))

@@ -441,11 +441,20 @@ def cython_fronts(scripts_dir: Path | None = None) -> tuple[list[str], str]:
     both), and the ``sitecustomize.py`` for ``PYTHONPATH`` that hooks ``cythonize()``
     in process. Returns (PATH directories, PYTHONPATH directory)."""
     from wheelkiln import per_tu
-    from wheelkiln.cache.cython import write_site_hook
+    from wheelkiln.cache.cython import ENV_VERSION_STDERR, ENV_VERSION_STDOUT, write_site_hook
 
     scripts = scripts_dir or front_scripts_dir()
     argv = per_tu.cython_front_argv(real_python())
-    body = f'# {per_tu.CYTHON_FRONT_MARK}\nexec {shlex.join(argv)} "$0" "$@"'
+    # `cython -V` (meson asks it twice) is answered here, without a Python start, when
+    # the build handed the script a kept answer (wheelkiln.cache.cython.version_environment).
+    body = (
+        f"# {per_tu.CYTHON_FRONT_MARK}\n"
+        f'if [ "$#" = 1 ] && [ "$1" = -V ] && [ "${{0##*/}}" = cython ] && '
+        f'[ -n "${{{ENV_VERSION_STDOUT}+set}}" ]; then\n'
+        f'  printf %s "${ENV_VERSION_STDOUT}"; printf %s "${ENV_VERSION_STDERR}" >&2; exit 0\n'
+        "fi\n"
+        f'exec {shlex.join(argv)} "$0" "$@"'
+    )
     directories = [
         str(install_script(scripts, name, body).parent) for name in ("cython", "cython3")
     ]

@@ -30,14 +30,16 @@ cache does not handle, such as ``--annotate``); :func:`read_log` counts them.
 """
 
 # Per-transpile path: pathlib costs ~8 ms to import, so os.path strings.
-# ruff: noqa: PTH100, PTH103, PTH105, PTH113, PTH118, PTH119, PTH120
+# ruff: noqa: PTH100, PTH103, PTH105, PTH113, PTH116, PTH117, PTH118, PTH119, PTH120, PTH208
 from __future__ import annotations
 
 import os
 
+from wheelkiln.per_tu import CYTHON_FRONT_MARK
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 SCHEMA = "kiln-cython-1"
 """Part of every module key: a change in how keys are made retires every entry."""
@@ -148,9 +150,16 @@ class PathKeys:
 
 
 def sha256_bytes(data: bytes) -> str:
-    import hashlib  # here only: it loads OpenSSL (~5 ms)
-
-    return hashlib.sha256(data).hexdigest()
+    # The interpreter's own sha256 where it has one: hashlib loads OpenSSL (~6 ms per
+    # start, paid by every transpile, hit or not); the digest is the same.
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found, unused-ignore]  # 3.11
+    except ImportError:
+        try:
+            from _sha2 import sha256  # type: ignore[import-not-found, unused-ignore]  # 3.12+
+        except ImportError:
+            from hashlib import sha256
+    return str(sha256(data).hexdigest())
 
 
 def file_digest(path: str) -> str | None:
@@ -161,8 +170,189 @@ def file_digest(path: str) -> str | None:
         return None
 
 
+# --------------------------------------------------------------------------- JSON
+# The per-transpile path reads a manifest and appends a log line. ``import json`` costs
+# ~20 ms a start (it imports re, enum and functools), more than the rest of a hit;
+# CPython's C scanner and string encoder (``_json``, which json itself uses) do the same
+# work without them. Writes of manifests (after a real transpile) still use json.
+
+
+class _ScanContext:
+    """What ``_json.make_scanner`` reads from a decoder: json.loads' defaults, with
+    NaN and Infinity refused."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+
+    @staticmethod
+    def parse_constant(name: str) -> object:
+        raise ValueError(f"{name} is not JSON")
+
+
+def loads(text: str) -> object:
+    """``json.loads(text)`` (a ValueError on anything that is not one JSON value)."""
+    try:
+        from _json import make_scanner
+    except ImportError:  # no C accelerator (PyPy): the real thing
+        import json
+
+        return json.loads(text)
+    stripped = text.strip(" \t\n\r")
+    try:
+        value, end = make_scanner(_ScanContext)(stripped, 0)  # type: ignore[arg-type]
+    except StopIteration as exc:
+        raise ValueError("no JSON value") from exc
+    if end != len(stripped):
+        raise ValueError(f"extra data at {end}")
+    return value
+
+
+def dumps_line(record: Mapping[str, object]) -> str:
+    """``json.dumps(record, sort_keys=True)`` for a flat record of strings, finite
+    numbers, booleans and None; anything else goes through json."""
+    quote: Callable[[str], str] | None
+    try:
+        from _json import encode_basestring_ascii as quote
+    except ImportError:
+        quote = None
+    items: list[str] = []
+    for key in sorted(record):
+        value = record[key]
+        if quote is None:
+            break
+        if isinstance(value, str):
+            text = quote(value)
+        elif value is None:
+            text = "null"
+        elif isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, int) or (isinstance(value, float) and abs(value) < float("inf")):
+            text = repr(value)  # json writes numbers as repr does
+        else:  # NaN, infinities, containers
+            break
+        items.append(f"{quote(key)}: {text}")
+    else:
+        return "{" + ", ".join(items) + "}"
+    import json
+
+    return json.dumps(dict(record), sort_keys=True)
+
+
 def module_key(parts: Sequence[str]) -> str:
     return sha256_bytes("\0".join([SCHEMA, *parts]).encode("utf-8", "surrogateescape"))
+
+
+# --------------------------------------------------------------------------- versions
+
+
+def find_real(name: str, front_dir: str | None, environ: Mapping[str, str]) -> str | None:
+    """The first *name* on PATH that is not a kiln front (in *front_dir*, or any other
+    script that carries the front's mark)."""
+    front = os.path.realpath(front_dir) if front_dir else None
+    for entry in environ.get("PATH", "").split(os.pathsep):
+        if not entry or (front and os.path.realpath(entry) == front):
+            continue
+        candidate = os.path.join(entry, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            with open(candidate, "rb") as handle:
+                if CYTHON_FRONT_MARK.encode() in handle.read(512):
+                    continue
+            return candidate
+    return None
+
+
+def cython_package(real: str) -> tuple[str, str] | None:
+    """(version, package directory) of the Cython that the script *real* runs: the
+    ``site-packages/Cython`` of the environment the script sits in (``<env>/bin/cython``;
+    pip's and uv's console scripts alike), else of its ``#!`` interpreter.
+    ``Shadow.py`` holds the version."""
+    prefixes = [os.path.dirname(os.path.dirname(os.path.abspath(real)))]
+    try:
+        with open(real, "rb") as handle:
+            first = handle.readline().decode("utf-8", "replace")
+    except OSError:
+        return None
+    interpreter = first[2:].strip().split(" ")[0] if first.startswith("#!") else ""
+    if os.path.isabs(interpreter):
+        prefixes.append(os.path.dirname(os.path.dirname(interpreter)))
+    for prefix in prefixes:
+        lib = os.path.join(prefix, "lib")
+        try:
+            pythons = sorted(name for name in os.listdir(lib) if name.startswith("python"))
+        except OSError:
+            continue
+        for python in pythons:
+            package = os.path.join(lib, python, "site-packages", "Cython")
+            version = _shadow_version(os.path.join(package, "Shadow.py"))
+            if version:
+                return version, package
+    return None
+
+
+def _shadow_version(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("__version__"):
+                    return line.split("=", 1)[1].strip().strip("'\"")
+    except OSError:
+        return None
+    return None
+
+
+def version_path(cache_dir: str, real: str, args: Sequence[str]) -> str | None:
+    """Where the answer of the Cython script *real* to *args* (``-V``) is kept: under a
+    key of the script (path, inode, size, mtime) and the Cython package it runs
+    (directory and ``Shadow.py`` version). Reinstalling Cython rewrites its script, so
+    the key changes with the answer. None when the script or its package cannot be read."""
+    package = cython_package(real)
+    try:
+        script = os.stat(real)
+    except OSError:
+        return None
+    if package is None:
+        return None
+    key = module_key(
+        ["version", os.path.abspath(real),
+         f"{script.st_ino}:{script.st_size}:{script.st_mtime_ns}", *package, *args]
+    )  # fmt: skip
+    return os.path.join(cache_dir, "versions", key[:2], key + ".json")
+
+
+def read_version(path: str) -> tuple[int, str, str] | None:
+    """A kept answer: (exit code, stdout, stderr), or None."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            kept = loads(handle.read())
+        if isinstance(kept, dict):
+            return int(kept["code"]), str(kept["stdout"]), str(kept["stderr"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+ENV_VERSION_STDOUT = "KILN_CYTHON_VERSION_STDOUT"
+ENV_VERSION_STDERR = "KILN_CYTHON_VERSION_STDERR"
+VERSION_QUESTION = ("-V",)
+"""What meson asks ``cython`` for every machine it configures: each a Python start and
+Cython's import, 0.04 s apiece on a quiet machine (0.3 s under load)."""
+
+
+def version_environment(cache_dir: str | None, search_path: str) -> dict[str, str]:
+    """The variables with which the ``cython`` front script answers ``cython -V`` by
+    itself, without starting Python: the kept answer of the real ``cython`` first on
+    *search_path* (the build's PATH behind the fronts), when one is kept and was a
+    success. Nothing otherwise: the Python front then asks Cython and keeps its answer
+    (:func:`wheelkiln.cython_front.version_answer`) for the next build."""
+    real = find_real("cython", None, {"PATH": search_path})
+    path = version_path(cache_dir, real, VERSION_QUESTION) if cache_dir and real else None
+    kept = read_version(path) if path else None
+    if kept is None or kept[0] != 0:
+        return {}
+    return {ENV_VERSION_STDOUT: kept[1], ENV_VERSION_STDERR: kept[2]}
 
 
 # --------------------------------------------------------------------------- depfiles
@@ -226,11 +416,9 @@ class TranspileCache:
         return os.path.join(self.directory, "results", digest[:2], digest)
 
     def _entries(self, key: str) -> list[dict[str, object]]:
-        import json
-
         try:
             with open(self._manifest(key), encoding="utf-8") as handle:
-                data = json.load(handle)
+                data = loads(handle.read())
         except (OSError, ValueError):
             return []
         return [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
@@ -293,9 +481,7 @@ def append_log(log_path: str | None, record: Mapping[str, object]) -> None:
     """One JSON line, written with a single O_APPEND write so parallel calls never tear."""
     if not log_path:
         return
-    import json
-
-    data = (json.dumps(dict(record), sort_keys=True) + "\n").encode("utf-8", "backslashreplace")
+    data = (dumps_line(record) + "\n").encode("utf-8", "backslashreplace")
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, data)
