@@ -15,10 +15,12 @@ import pytest
 
 from tests.wheels import pure_wheel
 from wheelkiln.builder.environment import (
+    BYTECODE_MARKER,
     BuildEnvironment,
     ensure_environment,
     existing_environment,
     find_uv,
+    finish_bytecode,
     interpreter_for,
     interpreter_identity,
     lock_key,
@@ -75,8 +77,11 @@ def test_two_spellings_of_one_resolution_share_one_environment(tmp_path: Path) -
     found = existing_environment(tmp_path / "b", PYTHON, ["pip"], envs)
     assert found is not None and found.path == first.path
     assert existing_environment(tmp_path / "b", PYTHON, ["pip", "wheel"], envs) is None
-    # Bytecode was compiled in the staging venv and moved with it: it is used, and its
-    # code names the files where they are now.
+    # Bytecode is compiled beside the build once the environment is at its key; the
+    # build waits for it at its end. It is used, and its code names the files where they
+    # are.
+    finish_bytecode()
+    assert (first.path / BYTECODE_MARKER).is_file()
     site = next(first.path.glob("lib/python3*/site-packages"))
     assert list((site / "pip" / "__pycache__").glob("__init__.cpython-*.pyc"))
     code = "import pip._internal.cli.main as m; print(m.__cached__, m.main.__code__.co_filename)"

@@ -16,6 +16,7 @@ from wheelkiln.builder.backend import backend_settings, frontend_arguments
 from wheelkiln.builder.environment import (
     BuildEnvironment,
     ensure_environment,
+    finish_bytecode,
     frontend_requires,
     read_build_system,
 )
@@ -349,6 +350,7 @@ def build_cell(
     finally:
         if cache is not None:
             cache.stop()
+        finish_bytecode()  # compiled beside the build; the build leaves its environment whole
     if kept_identification is not None and done.returncode == 0:
         cmake_id.keep_all(kept_identification, job_dir / "build")
     if sanity_marker is not None and done.returncode == 0:

@@ -9,29 +9,46 @@ pip's isolation. Deleting that directory is what "frozen" means.
 **One key, one environment.** The key is a digest of the interpreter (implementation,
 ``sys.version``, machine) and of the *resolved lock*: every distribution the
 environment holds, ``name==version``, the backend's dynamic requirements
-(``get_requires_for_build_wheel``) resolved in. An environment is never changed after
-it is made, and nothing but its lock is in it (no seeded pip or setuptools), so two
-environments with one key hold the same distributions. The key holds no path, so it is
+(``get_requires_for_build_wheel``) resolved in. An environment's distributions never
+change after it is made (only bytecode is added, below), and nothing but its lock is in
+it (no seeded pip or setuptools), so two environments with one key hold the same
+distributions. The key holds no path, so it is
 the same across machines and runs wherever the resolution is.
 
 **uv where available** (PyPI ``uv``, a dependency of wheelkiln): one ``uv pip install``
-resolves and installs into a *relocatable* venv beside the environments, the hook runs
-there, ``uv pip freeze`` gives the lock, and the venv moves to its key (or is dropped
-when that environment is made already). That costs what plain uv costs
+resolves and installs into a *relocatable* venv beside the environments, ``uv pip
+freeze`` gives the lock, and the venv moves to its key (or is dropped when that
+environment is made already). The backend's hook then runs there; where it asks for
+something the lock lacks, the whole set is installed again into a new venv, which moves
+to the key of its own lock. The first environment stays: it holds exactly its lock, so
+its key still means it. That costs what plain uv costs plus the hook
 (``benchmarks/bench_env.py``). Without uv, or with ``KILN_INSTALLER=pip``: pip resolves
 first (``--dry-run --report``), since its venvs cannot move, and installs the lock with
 ``--no-deps`` into a venv made without pip at its key (``pip --python`` from a venv of
 its own).
 
-**Bytecode compiled once.** Every process a build starts in the environment (the
-frontend, the backend, meson, Cython, each custom command) imports its modules from
+**Bytecode, compiled beside the build.** Every process a build starts in the environment
+(the frontend, the backend, meson, Cython, each custom command) imports its modules from
 there. Without ``__pycache__`` (uv installs none by default, and under
 ``PYTHONDONTWRITEBYTECODE`` none is ever written) each start compiles them all again:
 0.9 s of a 1.6 s ``pip wheel`` start and about half of meson's setup, measured in a hot
-demo-kernels and demo-cython build. So every installer compiles at creation (pip does by
-default; uv is asked to), and :data:`ENV_LAYOUT` is part of the key, so environments made
-without bytecode are made again once, never reused or changed in place. Python checks
-each ``.pyc`` against its source's size and mtime, and an environment is never changed.
+demo-kernels and demo-cython build. Compiling all of an environment took longer than
+installing it (the cmake set: 1.0 s to install, 1.1 s more to compile, warm uv cache), so
+it is not all on the way to a usable environment: once an environment is at its key, the
+backend's own top-level package is compiled on every core (:func:`compile_backend`: the
+hook imports it, and would compile it in memory otherwise), and a thread of the process
+that needs the environment compiles the rest, in one process at a lower priority, while
+the hook and the build run (:func:`compile_later`); :func:`finish_bytecode` waits for it
+at the end of the build. ``py_compile`` writes each
+``.pyc`` to a temporary name and renames it, so a process importing from the environment
+meanwhile finds either no ``.pyc`` (and compiles that module in memory, as it would
+without) or a whole one; Python checks each ``.pyc`` against its source's size and mtime
+(``timestamp`` pycs, whatever ``SOURCE_DATE_EPOCH`` says), and the sources never change.
+:data:`BYTECODE_MARKER` is written when every module was compiled; an environment without
+it (its compile was killed) is compiled again by the next process that uses it. One
+process at a time compiles an environment (a lock beside it); the others go on without
+waiting. Nothing but ``.pyc`` files and the marker is added to an environment once it is
+at its key.
 
 **Resolving once.** Resolving asks the index, too much for every hot build, so which
 environment a request (the interpreter, the requested requirements, the tree's build
@@ -66,7 +83,13 @@ from wheelkiln.builder.pip_config import (
     uv_environment,
     uv_install_arguments,
 )
-from wheelkiln.errors import BuildError, RecipeError, ToolNotFoundError, UsageError
+from wheelkiln.errors import (
+    BuildError,
+    KilnError,
+    RecipeError,
+    ToolNotFoundError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     from pyproject_hooks import BuildBackendHookCaller
@@ -76,10 +99,13 @@ DEFAULT_REQUIRES = ("setuptools>=40.8.0",)
 INSTALLER_VARIABLE = "KILN_INSTALLER"
 """``uv`` (the default where uv is found) or ``pip``: which tool makes environments."""
 BUILD_CONFIG_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
-ENV_LAYOUT = 2
-"""What an environment holds besides its lock, in its key: 2 = bytecode compiled at
-creation (1, before: none)."""
 """What a backend's dynamic requirements are read from, as far as kiln can tell."""
+ENV_LAYOUT = 2
+"""What an environment holds besides its lock, in its key: 2 = every module compiled to
+bytecode (1, before: none). Since the compile moved beside the build, an environment holds
+the same once :data:`BYTECODE_MARKER` is in it, so the layout stayed 2."""
+BYTECODE_MARKER = "kiln-bytecode"
+"""The file in an environment that says every module in it was compiled."""
 
 
 @dataclass(frozen=True)
@@ -239,9 +265,13 @@ class Installer:
     """What those options resolve with: the options and the constraints' contents."""
 
     def describe(self) -> str:
-        if self.uv is None:
-            return "pip"
-        return run.run([self.uv, "--version"]).output.strip()
+        return "pip" if self.uv is None else _uv_version(self.uv)
+
+
+@functools.cache
+def _uv_version(uv: str) -> str:
+    """``uv --version``, asked once per process (a job) for the environments' records."""
+    return run.run([uv, "--version"]).output.strip()
 
 
 def choose_installer(environ: Mapping[str, str] | None = None) -> Installer:
@@ -359,9 +389,8 @@ def _install(
         lock_file.write_text(lock)
         if lock:
             run.run(
-                [installer.uv, "pip", "install", "--quiet", "--compile-bytecode",
-                 "--python", str(python), *installer.index_args, "--no-deps", "-r",
-                 str(lock_file)],
+                [installer.uv, "pip", "install", "--quiet", "--python", str(python),
+                 *installer.index_args, "--no-deps", "-r", str(lock_file)],
                 cwd=final.parent, env=uv_env, what="Installing build requirements (uv)",
             )  # fmt: skip
         return
@@ -375,7 +404,8 @@ def _install(
         pip = _pip_tool(interpreter, final.parent, env)
         run.run(
             [str(pip), "-m", "pip", "--python", str(python), "install", "--quiet",
-             "--disable-pip-version-check", "--no-deps", "-r", str(lock_file)],
+             "--disable-pip-version-check", "--no-compile", "--no-deps", "-r",
+             str(lock_file)],
             env=env, what="Installing build requirements (pip)",
         )  # fmt: skip
 
@@ -567,16 +597,15 @@ def _adopt(
         return final
 
 
-def _stage_with_uv(
+def _install_staged(
     installer: Installer,
     interpreter: str,
-    requested: Sequence[str],
+    requirements: Sequence[str],
     staging: Path,
-    hook: Callable[[Path], list[str]],
     env: Mapping[str, str],
-) -> tuple[str, list[str]]:
-    """Resolve and install in one uv pass into a relocatable venv at *staging*, run the
-    backend's hook there, and return the lock it holds and the dynamic requirements.
+) -> str:
+    """Resolve and install *requirements* in one uv pass into a new relocatable venv at
+    *staging*, and return the lock it holds.
 
     uv's relocatable venvs start their scripts relative to themselves, so the venv can
     move to its key, which is known only once it is installed. This costs what plain
@@ -592,29 +621,18 @@ def _stage_with_uv(
         [uv, "venv", "--quiet", "--relocatable", "--python", interpreter, str(staging)],
         cwd=staging.parent, env=uv_env, what="Creating a build env (uv)",
     )  # fmt: skip
-
-    def install(requirements: Sequence[str]) -> str:
+    if requirements:
         wanted = staging / "kiln-requested.txt"
         wanted.write_text("".join(f"{req}\n" for req in requirements))
-        if requirements:
-            run.run(
-                # Compiled here, before the move: importing a .pyc corrects its code's
-                # file names to where the source is found.
-                [uv, "pip", "install", "--quiet", "--compile-bytecode", "--python",
-                 str(python), *installer.index_args, "-r", str(wanted)],
-                cwd=staging.parent, env=uv_env, what="Installing build requirements (uv)",
-            )  # fmt: skip
+        run.run(
+            [uv, "pip", "install", "--quiet", "--python", str(python),
+             *installer.index_args, "-r", str(wanted)],
+            cwd=staging.parent, env=uv_env, what="Installing build requirements (uv)",
+        )  # fmt: skip
         wanted.unlink()
-        frozen = run.run([uv, "pip", "freeze", "--quiet", "--python", str(python)],
-                         cwd=staging.parent, env=uv_env).output  # fmt: skip
-        return normalize_lock(frozen.splitlines())
-
-    lock = install(requested)
-    dynamic = hook(python)
-    if not all(_satisfied(req, lock) for req in dynamic):
-        # The whole set again, so the resolver sees every requirement at once.
-        lock = install([*requested, *dynamic])
-    return lock, dynamic
+    frozen = run.run([uv, "pip", "freeze", "--quiet", "--python", str(python)],
+                     cwd=staging.parent, env=uv_env).output  # fmt: skip
+    return normalize_lock(frozen.splitlines())
 
 
 def _resolve_and_make_with_pip(
@@ -634,7 +652,7 @@ def _resolve_and_make_with_pip(
     try:
         lock = _resolve_with_pip(interpreter, requested, scratch, env, envs_root=envs_root)
         final = _make_environment(installer, interpreter, identity, lock, envs_root, env, requested)
-        dynamic = hook(final / "bin" / "python")
+        dynamic = hook(final)
         if not all(_satisfied(req, lock) for req in dynamic):
             lock = _resolve_with_pip(
                 interpreter, [*requested, *dynamic], scratch, env, envs_root=envs_root
@@ -642,9 +660,153 @@ def _resolve_and_make_with_pip(
             final = _make_environment(
                 installer, interpreter, identity, lock, envs_root, env, requested
             )
+            compile_later(final, envs_root, env)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return lock, dynamic, final
+
+
+# -- bytecode ------------------------------------------------------------------------------
+
+_COMPILE_SCRIPT = """\
+import compileall, os, py_compile, sys
+index, count, niceness = map(int, sys.argv[1:4])
+os.nice(niceness)
+modules = sorted(
+    os.path.join(folder, name)
+    for top in sys.argv[4:]
+    for folder, _, names in os.walk(top)
+    for name in names
+    if name.endswith(".py")
+)
+for module in modules[index::count]:
+    compileall.compile_file(
+        module, quiet=2, invalidation_mode=py_compile.PycInvalidationMode.TIMESTAMP
+    )
+"""
+"""Compiles slice *index* of *count* of the modules under the directories given, run by
+the environment's own interpreter (``-I -S``: no site, no ``PYTHON*`` variables, so no
+``PYTHONPYCACHEPREFIX`` either). ``compile_file`` skips a module whose ``.pyc`` is
+current, and leaves a module that does not compile (a template named ``.py``) to fail at
+import as it would without bytecode; only a killed or crashed run exits non-zero."""
+
+
+def _compile(
+    environment: Path,
+    tops: Sequence[Path],
+    env: Mapping[str, str],
+    *,
+    processes: int,
+    niceness: int,
+) -> bool:
+    """Compile the modules under *tops* with *processes* processes at once; True when
+    every process ran to its end."""
+    argv = [str(environment / "bin" / "python"), "-I", "-S", "-c", _COMPILE_SCRIPT]
+    tops_args = [str(top) for top in tops]
+    codes: list[int] = []
+
+    def one(index: int) -> None:
+        done = run.run([*argv, str(index), str(processes), str(niceness), *tops_args],
+                       env=env, check=False)  # fmt: skip
+        codes.append(done.returncode)
+
+    # Each thread starts its process and waits for it (run.py: the kernel ends a child
+    # whose starting thread ends).
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(1, processes)]
+    for thread in threads:
+        thread.start()
+    one(0)
+    for thread in threads:
+        thread.join()
+    return len(codes) == processes and not any(codes)
+
+
+def compile_backend(environment: Path, system: BuildSystem, env: Mapping[str, str]) -> None:
+    """Compile the backend's top-level package in *environment* now, on every core: the
+    hook and the build import it first (setuptools/ is most of what setuptools'
+    ``get_requires_for_build_wheel`` imports). An in-tree backend (``backend-path``) is
+    in the tree, not here."""
+    top = system.backend.split(":")[0].split(".")[0]
+    packages = [
+        site / top
+        for site in environment.glob("lib/python*/site-packages")
+        if (site / top).is_dir() and not system.backend_path
+    ]
+    if packages:
+        _compile(environment, packages, env, processes=_cores(), niceness=0)
+
+
+def _cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+_compiling: dict[Path, threading.Thread] = {}
+_compiling_guard = threading.Lock()
+
+
+def compile_bytecode(environment: Path, envs_root: Path, env: Mapping[str, str]) -> bool:
+    """Compile every module in *environment* (at its key under *envs_root*) to bytecode
+    and mark it, unless it is marked already or another process holds its compile lock.
+    True when the environment is compiled."""
+    marker = environment / BYTECODE_MARKER
+    if marker.is_file():
+        return True
+    with (envs_root / f"{environment.name}.bytecode.lock").open("w") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # another process compiles it; its marker says when it is done
+        if marker.is_file():
+            return True
+        sites = sorted(environment.glob("lib/python*/site-packages"))
+        # One process, at a lower priority: it runs beside the hook and the build.
+        if not _compile(environment, sites, env, processes=1, niceness=10):
+            return False
+        marker.write_text("every module compiled\n")
+        return True
+
+
+def _compile_quietly(environment: Path, envs_root: Path, env: Mapping[str, str]) -> None:
+    try:
+        compile_bytecode(environment, envs_root, env)
+    except (OSError, KilnError) as error:
+        # The environment went (a frozen bench emptied envs/) or cannot run: the build
+        # is not worse off than without bytecode, and the next process to use a
+        # surviving environment compiles it.
+        if run.VERBOSE:
+            print(f"kiln: bytecode of {environment} not compiled: {error}", file=sys.stderr)
+
+
+def compile_later(environment: Path, envs_root: Path, env: Mapping[str, str]) -> None:
+    """Compile *environment*'s bytecode in a thread of this process, unless it is marked
+    compiled or this process compiles it already (see the module's doc). The thread is
+    not a daemon: a process that ends first waits for it."""
+    if (environment / BYTECODE_MARKER).is_file():
+        return
+    with _compiling_guard:
+        running = _compiling.get(environment)
+        if running is not None and running.is_alive():
+            return
+        thread = threading.Thread(
+            target=_compile_quietly,
+            args=(environment, envs_root, dict(env)),
+            name=f"kiln-bytecode-{environment.name}",
+        )
+        _compiling[environment] = thread
+        thread.start()
+
+
+def finish_bytecode() -> None:
+    """Wait for the compiles this process started: at the end of a build, so it leaves
+    its environment whole, and before environments are deleted."""
+    with _compiling_guard:
+        threads = list(_compiling.values())
+        _compiling.clear()
+    for thread in threads:
+        thread.join()
 
 
 def _clean_env(base_env: Mapping[str, str] | None) -> dict[str, str]:
@@ -708,20 +870,35 @@ def ensure_environment(
             final = _make_environment(
                 installer, interpreter, identity, lock, envs_root, env, requested
             )
+            compile_later(final, envs_root, env)
             return BuildEnvironment(final, requested)
 
-        def hook(python: Path) -> list[str]:
-            return _hook_requirements(python, tree, system, settings, env)
+        def hook(environment: Path) -> list[str]:
+            """The backend's dynamic requirements, asked in *environment* at its key,
+            while the rest of it compiles."""
+            compile_backend(environment, system, env)
+            compile_later(environment, envs_root, env)
+            return _hook_requirements(environment / "bin" / "python", tree, system, settings, env)
 
         if installer.uv is not None:
             staging = envs_root / f".staging-{request}"
             try:
-                lock, dynamic = _stage_with_uv(
-                    installer, interpreter, requested, staging, hook, env
-                )
+                lock = _install_staged(installer, interpreter, requested, staging, env)
                 final = _adopt(
                     staging, installer, interpreter, identity, lock, envs_root, requested
                 )
+                # In the environment at its key: it holds exactly its lock whatever the
+                # hook says, so it is published already, and compiles beside the hook.
+                dynamic = hook(final)
+                if not all(_satisfied(req, lock) for req in dynamic):
+                    # The whole set again, so the resolver sees every requirement at once.
+                    lock = _install_staged(
+                        installer, interpreter, [*requested, *dynamic], staging, env
+                    )
+                    final = _adopt(
+                        staging, installer, interpreter, identity, lock, envs_root, requested
+                    )
+                    compile_later(final, envs_root, env)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         else:
