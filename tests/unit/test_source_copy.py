@@ -43,10 +43,15 @@ def files_under(root: Path) -> list[str]:
 
 def test_only_top_level_build_outputs_are_left_out(tmp_path: Path) -> None:
     pristine = write(tmp_path / "pristine", {**SOURCE, **LEFTOVERS})
+    script = pristine / "src/pkg/tools/_skbuild/notes.txt"
+    script.chmod(0o755)
+    os.utime(script, (1_000_000_000, 1_000_000_000))
     copy = tmp_path / "copy"
-    copy_tree(pristine, copy)
+    digest = copy_tree(pristine, copy)
     assert files_under(copy) == sorted(SOURCE)
-    assert source_digest(copy) == source_digest(pristine)
+    assert digest == source_digest(copy) == source_digest(pristine)
+    copied = (copy / "src/pkg/tools/_skbuild/notes.txt").stat()
+    assert (copied.st_mode & 0o777, copied.st_mtime) == (0o755, 1_000_000_000)
 
 
 def test_a_nested_build_package_counts_in_the_digest(tmp_path: Path) -> None:
@@ -72,7 +77,7 @@ def test_digest_names_symlinks_and_reads_only_regular_files(tmp_path: Path) -> N
     os.mkfifo(pristine / "pipe")  # reading it would block forever
     first = source_digest(pristine)
     copy = tmp_path / "copy"
-    copy_tree(pristine, copy)
+    assert copy_tree(pristine, copy) == first  # the digest of what it wrote
     assert (copy / "linked-dir").is_symlink() and not (copy / "pipe").exists()
     assert source_digest(copy) == first
     (outside / "big.txt").write_text("changed\n")  # a linked file's content counts
@@ -108,13 +113,16 @@ def test_subdir_turned_into_a_link_out_is_refused_at_fetch(tmp_path: Path) -> No
 def test_the_recipe_names_what_is_left_out(tmp_path: Path) -> None:
     pristine = write(tmp_path / "pristine", {**SOURCE, **LEFTOVERS, "src/gen/out/a.c": ""})
     keep_all = tmp_path / "keep-all"
-    copy_tree(pristine, keep_all, exclude=())  # a package whose top-level build/ is source
+    # a package whose top-level build/ is source
+    assert copy_tree(pristine, keep_all, exclude=()) == source_digest(pristine, ())
     assert "build/lib/pkg/__init__.py" in files_under(keep_all)
     assert "src/pkg/__pycache__/x.pyc" not in files_under(keep_all)  # always left out
     assert source_digest(keep_all, ()) == source_digest(pristine, ())
     assert source_digest(pristine, ()) != source_digest(pristine)
     named = tmp_path / "named"
-    copy_tree(pristine, named, exclude=("**/out", "dist"))
+    assert copy_tree(pristine, named, exclude=("**/out", "dist")) == source_digest(
+        named, ("**/out", "dist")
+    )
     assert "src/gen/out/a.c" not in files_under(named)
     assert "build/lib/pkg/__init__.py" in files_under(named)
     assert "dist/pkg-1.0.whl" not in files_under(named)

@@ -172,10 +172,11 @@ def build_cell(
         pristine = fetch_source(loaded, sources_dir())
         shutil.rmtree(job_dir, ignore_errors=True)
         job_dir.mkdir(parents=True)
-        copy_tree(pristine, tree, recipe.source.exclude)
+        digest = copy_tree(pristine, tree, recipe.source.exclude)
         if options.job.prepare_tree is not None:
             options.job.prepare_tree(tree)
-        digest = known_digest or source_digest(tree, recipe.source.exclude)
+            digest = source_digest(tree, recipe.source.exclude)  # what it left of the copy
+        digest = known_digest or digest
         system = read_build_system(tree)
         extra_requires = [*recipe.build.requires, *frontend_requires(recipe.build.frontend)]
         environment = ensure_environment(

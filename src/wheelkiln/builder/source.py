@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import fnmatch
+import functools
 import hashlib
 import json
 import os
@@ -15,7 +16,7 @@ import tempfile
 import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from wheelkiln import run
@@ -37,7 +38,14 @@ def is_ignored(relative: tuple[str, ...], exclude: Sequence[str] = BUILD_OUTPUTS
     """
     if any(fnmatch.fnmatchcase(part, p) for part in relative for p in IGNORED_ANYWHERE):
         return True
-    return any(glob_matches(glob_segments(pattern), relative) for pattern in exclude)
+    return any(glob_matches(segments, relative) for segments in _segments(tuple(exclude)))
+
+
+@functools.cache
+def _segments(exclude: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """The glob segments of each pattern, split once: the copy and the digest ask for
+    every entry of the tree (0.1 s of splitting for awkward-cpp's 1,918 files)."""
+    return tuple(glob_segments(pattern) for pattern in exclude)
 
 
 def _extract(archive: Path, into: Path) -> Path:
@@ -215,21 +223,56 @@ def _is_special(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode))
 
 
-def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> None:
+def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> str:
     """A private copy of the source, without build leftovers (:func:`is_ignored`) or
-    special files (fifos, sockets, devices); mtimes and symlinks are kept as they are."""
+    special files (fifos, sockets, devices); mtimes and symlinks are kept as they are.
+
+    Returns the copy's digest, the one :func:`source_digest` gives for *destination*,
+    taken from the bytes the copy wrote: each file is read once, where copying and then
+    digesting the copy read every file twice and walked the tree twice (0.2 s of a job
+    for awkward-cpp's 1,918 files). It is the digest of what the build gets even when
+    the source changes during the copy.
+    """
     root = Path(pristine)
+    target = os.fspath(destination)
+    contents: dict[str, str] = {}  # each regular file copied, by its path in the copy
+    links: list[str] = []  # each symlink copied (as a link), by its path in the copy
 
     def ignore(directory: str, names: list[str]) -> set[str]:
         relative = Path(directory).relative_to(root).parts
-        return {
-            name
-            for name in names
-            if is_ignored((*relative, name), exclude) or _is_special(Path(directory, name))
-        }
+        left_out = set()
+        for name in names:
+            if is_ignored((*relative, name), exclude):
+                left_out.add(name)
+                continue
+            try:
+                mode = os.lstat(os.path.join(directory, name)).st_mode  # noqa: PTH118
+            except OSError:
+                continue  # gone: copytree reports it as it always did
+            if stat.S_ISLNK(mode):
+                links.append(os.path.join(target, *relative, name))  # noqa: PTH118
+            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                left_out.add(name)  # a fifo, socket or device (see _is_special)
+        return left_out
+
+    def copy_file(source: str, copied: str) -> str:
+        digest = hashlib.sha256()
+        with open(source, "rb") as reader, open(copied, "wb") as writer:
+            while block := reader.read(1 << 20):
+                digest.update(block)
+                writer.write(block)
+        shutil.copystat(source, copied)  # as shutil.copy2: mode and mtimes
+        contents[copied] = digest.hexdigest()
+        return copied
 
     shutil.rmtree(destination, ignore_errors=True)
-    shutil.copytree(root, destination, ignore=ignore, symlinks=True)
+    shutil.copytree(root, destination, ignore=ignore, symlinks=True, copy_function=copy_file)
+    entries = [(path, contents.get(path)) for path in (*contents, *links)]
+    tree = target + os.sep
+    return _digest(
+        (path[len(tree) :].replace(os.sep, "/"), Path(path), content)
+        for path, content in entries
+    )
 
 
 def source_digest(tree: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> str:
@@ -240,7 +283,6 @@ def source_digest(tree: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> str:
     symlink is digested as its target's name, plus the content when it leads to a
     regular file. Special files are left out, as the copy leaves them out.
     """
-    digest = hashlib.sha256()
     entries: list[tuple[str, Path]] = []
     for directory, subdirectories, files in os.walk(tree, followlinks=False):
         relative = Path(directory).relative_to(tree).parts
@@ -250,8 +292,18 @@ def source_digest(tree: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> str:
                 Path(directory, name)
             ):
                 entries.append(("/".join((*relative, name)), Path(directory, name)))
-    for key, path in sorted(entries):
+    return _digest((key, path, None) for key, path in entries)
+
+
+def _digest(entries: Iterable[tuple[str, Path, str | None]]) -> str:
+    """The digest of a tree's *entries*: (relative POSIX path, path, the content's sha256
+    where the caller read it already, else None)."""
+    digest = hashlib.sha256()
+    for key, path, content in sorted(entries, key=lambda entry: entry[0]):
         digest.update(key.encode("utf-8", "surrogateescape") + b"\0")
+        if content is not None:  # a regular file
+            digest.update(content.encode())
+            continue
         if path.is_symlink():
             digest.update(b"symlink:" + os.fsencode(path.readlink()) + b"\0")
         if path.is_file():  # a regular file, or a symlink to one
