@@ -437,9 +437,9 @@ def read_compile_database(
     An unreadable file is None: the gate then falls back to the log rules.
     """
     import json
-    import shlex
 
     from wheelkiln.shard.partition import tu_key
+    from wheelkiln.shell_words import split_words
 
     try:
         entries = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -455,7 +455,7 @@ def read_compile_database(
         arguments = entry.get("arguments")
         if not isinstance(arguments, list):
             try:
-                arguments = shlex.split(str(entry.get("command", "")))
+                arguments = split_words(str(entry.get("command", "")))
             except ValueError:
                 continue
         arguments = [str(argument) for argument in arguments]
