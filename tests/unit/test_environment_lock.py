@@ -12,6 +12,7 @@ from wheelkiln.builder.environment import (
     _request_key,
     _satisfied,
     choose_installer,
+    frontend_requires,
     lock_key,
     normalize_lock,
 )
@@ -50,6 +51,15 @@ def test_a_request_is_the_same_in_any_order_and_another_with_other_build_files(
     assert one != _request_key("py", ["a", "b"], tree, {"k": "v"}, uv)
     (tree / "setup.py").write_text("from setuptools import setup\nsetup(setup_requires=['x'])\n")
     assert one != _request_key("py", ["a", "b"], tree, {}, uv)
+
+
+def test_the_frontend_is_in_the_environment_only_where_it_runs_there() -> None:
+    # kiln calls the backend's hooks itself: neither pip nor build is needed, as in
+    # pip's isolated environments; KILN_FRONTEND=process runs the recipe's frontend there.
+    assert frontend_requires("pip", "hook") == ()
+    assert frontend_requires("build", "hook") == ()
+    assert frontend_requires("pip", "process") == ("pip",)
+    assert frontend_requires("build", "process") == ("build",)
 
 
 def test_dynamic_requirements_already_pinned_need_no_second_resolution() -> None:

@@ -178,7 +178,10 @@ def build_cell(
             digest = source_digest(tree, recipe.source.exclude)  # what it left of the copy
         digest = known_digest or digest
         system = read_build_system(tree)
-        extra_requires = [*recipe.build.requires, *frontend_requires(recipe.build.frontend)]
+        extra_requires = [
+            *recipe.build.requires,
+            *frontend_requires(recipe.build.frontend, mode),
+        ]
         environment = ensure_environment(
             tree,
             cell.python,

@@ -142,9 +142,15 @@ def read_build_system(tree: Path) -> BuildSystem:
     )
 
 
-def frontend_requires(frontend: str) -> tuple[str, ...]:
-    """What the frontend itself needs in the environment: ``pip wheel`` needs pip, and
-    ``python -m build`` needs build (uv's venvs hold nothing of their own)."""
+def frontend_requires(frontend: str, mode: str) -> tuple[str, ...]:
+    """What the frontend itself needs in the environment. Where kiln calls the backend's
+    hooks itself (*mode* ``hook``, :func:`wheelkiln.builder.frontend.frontend_mode`),
+    nothing, as in pip's own isolated environments; where it runs the recipe's frontend
+    in the environment (``process``), ``pip wheel`` needs pip and ``python -m build``
+    needs build (uv's venvs hold nothing of their own). pip alone was 441 modules to
+    install and compile into every environment."""
+    if mode == "hook":
+        return ()
     return ("build",) if frontend == "build" else ("pip",)
 
 

@@ -180,6 +180,7 @@ def plan_input_digest(
     """
     from wheelkiln.builder.cell import job_toolchain
     from wheelkiln.builder.environment import existing_environment, frontend_requires
+    from wheelkiln.builder.frontend import frontend_mode
     from wheelkiln.builder.source import fetch_source, source_digest
     from wheelkiln.paths import envs_dir, sources_dir
 
@@ -190,7 +191,7 @@ def plan_input_digest(
     environment = existing_environment(
         pristine,
         cell.python,
-        [*recipe.build.requires, *frontend_requires(recipe.build.frontend)],
+        [*recipe.build.requires, *frontend_requires(recipe.build.frontend, frontend_mode(os.environ))],
         envs_dir(),
         config_settings=recipe.build.config_settings,
     )
