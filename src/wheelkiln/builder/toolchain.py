@@ -182,7 +182,9 @@ def probe_bypass_line(target: list[str]) -> str:
     return f'case "$PWD $*" in {patterns}) {_exec_line(target)};; esac\n'
 
 
-def host_front_script(compiler: str, cache: str | None, seat_argv: list[str]) -> str:
+def host_front_script(
+    compiler: str, cache: str | None, seat_argv: list[str], name: str | None = None
+) -> str:
     """The body of the CC/CXX script: the same bytes in shard jobs and link jobs.
 
     torch passes ``-ccbin $CC`` to nvcc, and ccache hashes the *content* of a ``-ccbin``
@@ -190,7 +192,8 @@ def host_front_script(compiler: str, cache: str | None, seat_argv: list[str]) ->
     seat wrapper and a link script that exec'd ccache made every nvcc TU miss in the
     link job. So one script does both, switched by ``KILN_SEAT_FRONT`` in the
     environment, and names the real host compiler's version, which ccache then hashes.
-    Probes bypass the cache (:func:`probe_bypass_line`).
+    Probes bypass the cache (:func:`probe_bypass_line`), and so do calls without ``-c``
+    or ``-S`` (links, ``-E``, version questions), which no cache stores.
 
     Compiles get ``-fdebug-prefix-map=<job directory>=.`` (``KILN_DEBUG_PREFIX``), in
     shards and link jobs alike. setuptools compiles with ``-g``, and DWARF names the
@@ -198,15 +201,23 @@ def host_front_script(compiler: str, cache: str | None, seat_argv: list[str]) ->
     from a cache another builder filled, that builder's home. ccache hashes only that
     the option is there, not its value, so every job still shares the entries.
     """
+    from wheelkiln.builder.compiler_answers import QUESTIONS, answer_line
+
     cached = [cache, compiler] if cache else [compiler]
     mapped = f' ${{{DEBUG_PREFIX}:+"-fdebug-prefix-map=${DEBUG_PREFIX}=."}}'
     return (
         f"# wheelkiln host compiler front: {compiler}: {compiler_identity(compiler)}\n"
-        f'case "${SEAT_SWITCH}" in 1) {_exec_line([*seat_argv, compiler])}{mapped};; esac\n'
+        # meson's compiler detection, answered from what this compiler said before.
+        + (answer_line(name) if name is not None and name in QUESTIONS else "")
+        + f'case "${SEAT_SWITCH}" in 1) {_exec_line([*seat_argv, compiler])}{mapped};; esac\n'
         # nvcc's own host passes (-ccbin $CC) compile tmpxft_* temp files: ccache must
         # wrap nvcc itself, never its host compiler, so those go straight through.
         f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n'
         + probe_bypass_line([compiler])
+        # A call that compiles nothing (a link, -E, --version: meson's compiler
+        # detection) is no cache's to store: ccache would count it uncacheable and run
+        # the compiler, one more process start per link and probe.
+        + f'case " $* " in *" -c "*|*" -S "*) ;; *) {_exec_line([compiler])}{mapped};; esac\n'
         + _exec_line(cached)
         + mapped
     )
@@ -298,7 +309,7 @@ def toolchain_environment(
     fronts: dict[str, Path] = {}
     if launch.seat_wrapper or launch.cache is not None:
         for name, compiler in host.items():
-            body = host_front_script(compiler, launch.cache, seat_argv)
+            body = host_front_script(compiler, launch.cache, seat_argv, name)
             fronts[name] = install_script(scripts, name, body)
     if front is not None:
         if kind == "cmake":
