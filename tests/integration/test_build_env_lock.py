@@ -24,6 +24,7 @@ from wheelkiln.builder.environment import (
     interpreter_for,
     interpreter_identity,
     lock_key,
+    normalize_lock,
 )
 
 pytestmark = pytest.mark.network
@@ -66,6 +67,12 @@ def test_two_spellings_of_one_resolution_share_one_environment(tmp_path: Path) -
     lock = first.frozen()
     assert [line.split("==")[0] for line in lock.splitlines()] == ["pip", "setuptools"]
     assert installed(first) == lock
+    # Read from the metadata, as uv pip freeze says it.
+    uv_says = subprocess.run(
+        [str(find_uv()), "pip", "freeze", "--python", str(first.python)],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert normalize_lock(uv_says.splitlines()) == lock
     identity = interpreter_identity(interpreter_for(PYTHON))
     assert first.path.name == lock_key(identity, lock)
     assert str(tmp_path) not in identity

@@ -13,6 +13,7 @@ from wheelkiln.builder.environment import (
     _satisfied,
     choose_installer,
     frontend_requires,
+    installed_lock,
     lock_key,
     normalize_lock,
 )
@@ -120,3 +121,28 @@ def test_views_made_at_once_from_threads_leave_one_link(tmp_path: Path) -> None:
     assert seen == {BuildEnvironment(views / "k", ("pybind11",))}
     assert [p.name for p in views.iterdir()] == ["k"]
     assert (views / "k").readlink() == environment.path
+
+
+def dist_info(site: Path, directory: str, metadata: str) -> Path:
+    info = site / directory
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(metadata)
+    return info
+
+
+def test_the_lock_is_read_from_the_environments_metadata_as_uv_freezes_it(
+    tmp_path: Path,
+) -> None:
+    site = tmp_path / "env" / "lib" / "python3.11" / "site-packages"
+    dist_info(site, "Foo_Bar-1.0.0.post1.dist-info",
+              "Metadata-Version: 2.1\nName: Foo_Bar\nVersion: 1.0.0-1\n\nName: not a header\n")  # fmt: skip
+    dist_info(site, "pybind11-3.1.0.dist-info", "Metadata-Version: 2.1\nName: pybind11\nVersion: 3.1.0\n")  # fmt: skip
+    # names canonical, versions as PEP 440 writes them (uv pip freeze: foo-bar==1.0.0.post1)
+    assert installed_lock(tmp_path / "env") == "foo-bar==1.0.0.post1\npybind11==3.1.0\n"
+    # What metadata cannot say alone is left to uv pip freeze.
+    odd = dist_info(site, "odd-1.dist-info", "Metadata-Version: 2.1\nName: odd\nVersion: not.a-version!\n")  # fmt: skip
+    assert installed_lock(tmp_path / "env") is None
+    (odd / "METADATA").write_text("Metadata-Version: 2.1\nName: odd\nVersion: 1\n")
+    assert installed_lock(tmp_path / "env") is not None
+    (odd / "direct_url.json").write_text('{"url": "file:///src/odd", "dir_info": {}}')
+    assert installed_lock(tmp_path / "env") is None

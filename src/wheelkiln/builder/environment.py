@@ -16,8 +16,9 @@ distributions. The key holds no path, so it is
 the same across machines and runs wherever the resolution is.
 
 **uv where available** (PyPI ``uv``, a dependency of wheelkiln): one ``uv pip install``
-resolves and installs into a *relocatable* venv beside the environments, ``uv pip
-freeze`` gives the lock, and the venv moves to its key (or is dropped when that
+resolves and installs into a *relocatable* venv beside the environments, its lock is
+read from the installed metadata as ``uv pip freeze`` writes it (:func:`installed_lock`,
+freeze itself where the metadata cannot say), and the venv moves to its key (or is dropped when that
 environment is made already). The backend's hook then runs there; where it asks for
 something the lock lacks, the whole set is installed again into a new venv, which moves
 to the key of its own lock. The first environment stays: it holds exactly its lock, so
@@ -325,6 +326,32 @@ def normalize_lock(lines: Sequence[str]) -> str:
         name, sep, rest = line.partition("==")
         kept.add(f"{canonicalize_name(name)}=={rest.strip()}" if sep else line)
     return "".join(f"{line}\n" for line in sorted(kept))
+
+
+def installed_lock(environment: Path) -> str | None:
+    """The lock *environment* holds, read from its distributions' metadata as ``uv pip
+    freeze`` reads it (each ``.dist-info``'s name and version), without starting uv.
+    ``None`` where that is not all there is to say: a distribution installed from a URL or
+    a path (``direct_url.json``; freeze writes ``name @ url``), or metadata without a
+    name or a standard version."""
+    from email.parser import HeaderParser
+
+    from packaging.version import InvalidVersion, Version
+
+    lines = []
+    for info in environment.glob("lib/python*/site-packages/*.dist-info"):
+        if (info / "direct_url.json").exists():
+            return None
+        with (info / "METADATA").open(encoding="utf-8", errors="replace") as metadata:
+            headers = HeaderParser().parse(metadata)
+        name, version = headers.get("Name"), headers.get("Version")
+        if not name or not version:
+            return None
+        try:
+            lines.append(f"{name.strip()}=={Version(version.strip())}")
+        except InvalidVersion:
+            return None
+    return normalize_lock(lines)
 
 
 def _uv_env(env: Mapping[str, str], installer: Installer) -> dict[str, str]:
@@ -636,6 +663,9 @@ def _install_staged(
             cwd=staging.parent, env=uv_env, what="Installing build requirements (uv)",
         )  # fmt: skip
         wanted.unlink()
+    lock = installed_lock(staging)
+    if lock is not None:
+        return lock
     frozen = run.run([uv, "pip", "freeze", "--quiet", "--python", str(python)],
                      cwd=staging.parent, env=uv_env).output  # fmt: skip
     return normalize_lock(frozen.splitlines())
