@@ -455,27 +455,36 @@ def extract(
 
     Every member is checked again and streamed in chunks under the caps, into a staging
     directory beside ``cache_dir``; only when all of them are written do they move into
-    place. Returns the member names written."""
+    place. Returns the member names written.
+
+    The staging directory is flat (one file per member, named by its number): the
+    directories are made once, where the members land. Staging the archive's own tree
+    made each directory twice and deleted it once (a demo-cpp link job's three archives:
+    0.46 s, 53 of its 0.34 s after moving whole directories were the deletions)."""
     limits = limits or ArchiveLimits.resolve()
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".kiln-unpack-", dir=cache_dir.parent))
     written: list[str] = []
+    staged: list[tuple[Path, Path]] = []  # (the staged file, where it goes)
     try:
         total = 0
         with _reading(archive) as (tar, cursor):
             for member in _checked(archive, tar, cursor, limits, str(staging)):
                 if not member.isfile() or member.name == MANIFEST:
                     continue
-                if member.name.startswith(EXTRA_PREFIX + "/") and extras_dir is None:
-                    continue
-                if member.name.startswith(CACHE_PREFIX + "/") and is_counters(member.name):
-                    continue  # an older shard's counters: checked, not merged
+                # The layout allows files only under these two trees, besides the manifest.
+                tree, _, relative = member.name.partition("/")
+                if tree == EXTRA_PREFIX and extras_dir is not None:
+                    place = extras_dir / relative
+                elif tree == CACHE_PREFIX and not is_counters(member.name):
+                    place = cache_dir / relative
+                else:
+                    continue  # extras not asked for; an older shard's counters: checked only
                 source = tar.extractfile(member)
                 if source is None:  # only for non-files, which were skipped above
                     continue
-                target = staging / member.name
+                target = staging / str(len(staged))
                 with _writing(archive, staging):
-                    target.parent.mkdir(parents=True, exist_ok=True)
                     total += copy_capped(
                         source,
                         target,
@@ -483,11 +492,15 @@ def extract(
                         limits.max_unpacked_size - total,
                         member_label(archive, member.name),
                     )
+                staged.append((target, place))
                 written.append(member.name)
         with _writing(archive, staging):
-            _move_tree(staging / CACHE_PREFIX, cache_dir)
-            if extras_dir is not None:
-                _move_tree(staging / EXTRA_PREFIX, extras_dir)
+            made: set[Path] = set()
+            for target, place in staged:
+                if place.parent not in made:
+                    place.parent.mkdir(parents=True, exist_ok=True)
+                    made.add(place.parent)
+                shutil.move(target, place)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return written
@@ -617,15 +630,3 @@ def _writing(archive: Path, where: Path) -> Iterator[None]:
             f"Could not unpack {archive} under {where.parent}: {exc}.",
             hint="Check the free space and the permissions there.",
         ) from None
-
-
-def _move_tree(source: Path, destination: Path) -> None:
-    """Move every file under ``source`` to the same relative path under ``destination``
-    (a rename within one file system), replacing what is there."""
-    if not source.is_dir():
-        return
-    for directory, _, files in os.walk(source):
-        relative = Path(directory).relative_to(source)
-        (destination / relative).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            shutil.move(Path(directory, name), destination / relative / name)
