@@ -46,7 +46,10 @@ class _Console(Console):
         self._width, self._height = new_size
 
 
-console: Console = _Console(stderr=True, highlight=False)
+console: Console = _Console(stderr=True, highlight=False, emoji=False)
+"""No emoji codes: kiln writes none, and with them a path or TU name holding ``:fire:``
+would print as an emoji; the table of codes also cost every kiln process 30-70 ms to
+load at its first line."""
 _PROGRESS = re.compile(r"^\[(\d+)/(\d+)\]|^(building|compiling|copying|running|creating)\b", re.I)
 
 
@@ -99,7 +102,7 @@ def info(message: str) -> None:
     a directory name) prints as plain text rather than ending the command.
     """
     try:
-        text = Text.from_markup(message)
+        text = Text.from_markup(message, emoji=False)
     except MarkupError:
         text = Text(message)
     console.print(text, soft_wrap=_soft_wrap())

@@ -57,3 +57,15 @@ def test_info_markup_still_works_and_a_broken_tag_is_text(
     ui.info("[green]ok[/green] built")
     ui.info("Wrote /tmp/out[/x]/report.md")
     assert capsys.readouterr().err.splitlines() == ["ok built", "Wrote /tmp/out[/x]/report.md"]
+
+
+def test_emoji_codes_in_a_path_print_as_written(capsys: pytest.CaptureFixture[str]) -> None:
+    """rich would turn ``:fire:`` in a TU's path into an emoji; kiln writes no codes."""
+    path = "/work/src/kernels:fire:/a:thumbs_up:.cu"
+    ui.info(f"missed {path}")
+    ui.console.print(_summary_table("kiln link", [("tu", path)]))
+    with ui.step(f"Building {path}"):
+        pass
+    err = capsys.readouterr().err
+    assert f"missed {path}\n" in err
+    assert err.count(path) == 4 and "\N{FIRE}" not in err

@@ -13,8 +13,6 @@ import shutil
 import stat
 import tarfile
 import tempfile
-import urllib.parse
-import urllib.request
 import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -88,6 +86,10 @@ def _download_sdist(spec: str, sha256: str, downloads: Path) -> Path:
     torch, so it cannot even be downloaded that way. A file whose bytes do not match the
     pin is never kept.
     """
+    # Here only: urllib.request brings http, ssl and email, for the one job that downloads.
+    import urllib.parse
+    import urllib.request
+
     match = PYPI_SPEC.match(spec)
     assert match is not None
     project = re.sub(r"[-_.]+", "-", match["name"]).lower()
