@@ -363,3 +363,30 @@ def test_a_hit_on_the_command_line_imports_no_json_hashlib_or_re(tmp_path: Path)
     ).read_text() == f"a.so.p/a.pyx.c: \\\n  {root}/pkg/a.pyx\n"
     assert not runs.exists(), "a hit runs no Cython"
     assert json.loads((tmp_path / "log.jsonl").read_text())["outcome"] == "hit"
+
+
+def test_the_site_hook_chains_a_shadowed_sitecustomize_and_imports_little(tmp_path: Path) -> None:
+    """Every Python start of a build imports the hook (meson, the backend, a generator
+    script): it loads no importlib.util (~10 ms) unless it has a sitecustomize of the
+    build's to run, which it runs; its bytecode is written beside it."""
+    import subprocess
+    import sys
+
+    from wheelkiln.per_tu import SRC_DIR
+
+    hook = store.write_site_hook(str(tmp_path / "scripts"), SRC_DIR)
+    assert list((Path(hook) / "__pycache__").glob("sitecustomize.*.pyc"))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("print('the build s own sitecustomize ran')\n")
+    check = "import sys; sys.path[:0] = {path!r}; import sitecustomize; print('importlib.util' in sys.modules)"
+
+    def start(path: list[str]) -> list[str]:  # -S: no site, so nothing else loads modules
+        code = check.format(path=path)
+        done = subprocess.run(
+            [sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True
+        )
+        return done.stdout.splitlines()
+
+    assert start([hook]) == ["False"]
+    assert start([hook, str(other)]) == ["the build s own sitecustomize ran", "True"]

@@ -561,14 +561,16 @@ sys.meta_path.insert(0, _KilnCythonHook)
 
 
 def _chain():
-    import importlib.util
-    import os
+    import os  # loaded by site already; importlib.util is not (~10 ms a start), so
+    # it is imported only where there is a shadowed sitecustomize to run.
 
     here = os.path.dirname(os.path.abspath(__file__))
     for entry in sys.path:
         if entry and os.path.abspath(entry) != here:
             candidate = os.path.join(entry, "sitecustomize.py")
             if os.path.isfile(candidate):
+                import importlib.util
+
                 spec = importlib.util.spec_from_file_location("_shadowed_sitecustomize", candidate)
                 if spec is not None and spec.loader is not None:
                     spec.loader.exec_module(importlib.util.module_from_spec(spec))
@@ -593,4 +595,13 @@ def write_site_hook(scripts_dir: str, src_dir: str) -> str:
     except OSError:
         pass
     write_atomic(path, text.encode())
+    # Its bytecode beside it, for build environments of this interpreter's version:
+    # every Python start of the build imports it, and where bytecode is not written
+    # (PYTHONDONTWRITEBYTECODE) each start would compile it again.
+    import contextlib
+    import importlib.util
+    import py_compile
+
+    with contextlib.suppress(OSError, py_compile.PyCompileError):  # else Python compiles it
+        py_compile.compile(path, cfile=importlib.util.cache_from_source(path), doraise=True)
     return directory
