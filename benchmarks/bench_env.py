@@ -10,10 +10,11 @@ environment with that cache filled (warm):
 * uv: ``uv venv`` plus ``uv pip install``;
 * kiln: ``ensure_environment`` from an empty environments directory: one uv install into
   a relocatable venv, the lock and its key, the move to ``envs/<key>``, the backend's
-  ``get_requires_for_build_wheel`` hook (goal: within 1.2x of plain uv). Its bytecode
-  compile, which starts at the move and goes on beside the hook and the build, is waited
-  for after and shown apart (``+bc s``: what was left of it when ``ensure_environment``
-  returned; plain uv compiles none).
+  ``get_requires_for_build_wheel`` hook, with the compile of the backend's package to
+  bytecode before it (goal: within 1.2x of plain uv). The rest of its bytecode compile,
+  which starts after the hook and goes on beside the build, is waited for after and
+  shown apart (``+bc s``: what was left of it when ``ensure_environment`` returned; plain
+  uv compiles none).
 
 Sets: ``cmake`` is the issue's (scikit-build-core, pybind11, cmake, ninja, setuptools,
 wheel), ``setuptools`` a small one (setuptools, pybind11). ``--torch`` adds the CUDA torch

@@ -38,9 +38,9 @@ installing it (the cmake set: 1.0 s to install, 1.1 s more to compile, warm uv c
 it is not all on the way to a usable environment: once an environment is at its key, the
 backend's own top-level package is compiled on every core (:func:`compile_backend`: the
 hook imports it, and would compile it in memory otherwise), and a thread of the process
-that needs the environment compiles the rest, in one process at a lower priority, while
-the hook and the build run (:func:`compile_later`); :func:`finish_bytecode` waits for it
-at the end of the build. ``py_compile`` writes each
+that needs the environment compiles the rest after the hook, in one process at a lower
+priority, while the build runs (:func:`compile_later`); :func:`finish_bytecode` waits
+for it at the end of the build. ``py_compile`` writes each
 ``.pyc`` to a temporary name and renames it, so a process importing from the environment
 meanwhile finds either no ``.pyc`` (and compiles that module in memory, as it would
 without) or a whole one; Python checks each ``.pyc`` against its source's size and mtime
@@ -798,7 +798,7 @@ def compile_bytecode(environment: Path, envs_root: Path, env: Mapping[str, str])
         if marker.is_file():
             return True
         sites = sorted(environment.glob("lib/python*/site-packages"))
-        # One process, at a lower priority: it runs beside the hook and the build.
+        # One process, at a lower priority: it runs beside the build.
         if not _compile(environment, sites, env, processes=1, niceness=10):
             return False
         marker.write_text("every module compiled\n")
@@ -910,11 +910,15 @@ def ensure_environment(
             return BuildEnvironment(final, requested)
 
         def hook(environment: Path) -> list[str]:
-            """The backend's dynamic requirements, asked in *environment* at its key,
-            while the rest of it compiles."""
+            """The backend's dynamic requirements, asked in *environment* at its key; the
+            rest of it compiles after, beside the build (beside the hook, the compile
+            took the hook 0.43 -> 0.76 s on 2 cores at load 3)."""
             compile_backend(environment, system, env)
+            dynamic = _hook_requirements(
+                environment / "bin" / "python", tree, system, settings, env
+            )
             compile_later(environment, envs_root, env)
-            return _hook_requirements(environment / "bin" / "python", tree, system, settings, env)
+            return dynamic
 
         if installer.uv is not None:
             staging = envs_root / f".staging-{request}"
@@ -924,7 +928,7 @@ def ensure_environment(
                     staging, installer, interpreter, identity, lock, envs_root, requested
                 )
                 # In the environment at its key: it holds exactly its lock whatever the
-                # hook says, so it is published already, and compiles beside the hook.
+                # hook says, so it is published already.
                 dynamic = hook(final)
                 if not all(_satisfied(req, lock) for req in dynamic):
                     # The whole set again, so the resolver sees every requirement at once.
