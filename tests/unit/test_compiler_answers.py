@@ -95,3 +95,11 @@ def test_kept_answers_until_the_compiler_linker_or_a_variable_changes(
         fronts, environ
     )
     assert not any(name.name.startswith(".") for name in store.iterdir()), "no staged leftovers"
+
+
+def test_an_unwritable_home_keeps_no_answers_and_builds_on(tmp_path: Path) -> None:
+    front = tmp_path / "cc"
+    front.write_text("#!/bin/sh\n# wheelkiln host compiler front: gcc: gcc 12\n")
+    store = tmp_path / "answers"
+    store.write_text("a file where the directory would be")
+    assert compiler_answers.prepare({"cc": front}, {"PATH": "/usr/bin:/bin"}, store) == {}

@@ -138,13 +138,26 @@ def _ask(
     )
     if done.returncode != 0:
         return None
-    return done.output, stderr.read_text(errors="surrogateescape")
+    answer = done.output, stderr.read_text(errors="replace")
+    # Kept only where the text is what the compiler wrote: the shell file is UTF-8.
+    return None if any("\ufffd" in text for text in answer) else answer
 
 
 def prepare(fronts: Mapping[str, Path], environ: Mapping[str, str], store: Path) -> dict[str, str]:
     """The environment that lets *fronts* answer meson's questions themselves: kept
-    answers under *store* for this key, asked now where none are kept yet."""
+    answers under *store* for this key, asked now where none are kept yet. Nothing when
+    they cannot be kept (an unwritable home): the compiler then answers meson itself."""
     directory = store / answers_key(fronts, environ)
+    try:
+        _keep(directory, fronts, environ)
+    except OSError:
+        return {}
+    return {ENV_ANSWERS: str(directory)} if directory.is_dir() else {}
+
+
+def _keep(directory: Path, fronts: Mapping[str, Path], environ: Mapping[str, str]) -> None:
+    """Ask and keep the answers in *directory*, unless they are kept already."""
+    store = directory.parent
     if not directory.is_dir():
         staged = store / f".{directory.name}.{os.getpid()}"
         shutil.rmtree(staged, ignore_errors=True)
@@ -166,4 +179,3 @@ def prepare(fronts: Mapping[str, Path], environ: Mapping[str, str], store: Path)
             staged.replace(directory)
         except OSError:  # another job kept the same answers first
             shutil.rmtree(staged, ignore_errors=True)
-    return {ENV_ANSWERS: str(directory)}
