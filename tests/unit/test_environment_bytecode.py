@@ -124,3 +124,8 @@ def test_the_backends_package_is_compiled_first_and_alone(tmp_path: Path) -> Non
     assert pyc(environment, "fakebackend").is_file()
     assert not pyc(environment, "answer").exists()
     assert not (environment / BYTECODE_MARKER).exists()  # the rest is still to compile
+    # An environment made and compiled for another request: nothing to start.
+    pyc(environment, "fakebackend").unlink()
+    (environment / BYTECODE_MARKER).write_text("every module compiled\n")
+    compile_backend(environment, BuildSystem((), "fakebackend.build:hooks", ()), os.environ)
+    assert not pyc(environment, "fakebackend").exists()

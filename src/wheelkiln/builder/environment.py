@@ -761,7 +761,9 @@ def compile_backend(environment: Path, system: BuildSystem, env: Mapping[str, st
     """Compile the backend's top-level package in *environment* now, on every core: the
     hook and the build import it first (setuptools/ is most of what setuptools'
     ``get_requires_for_build_wheel`` imports). An in-tree backend (``backend-path``) is
-    in the tree, not here."""
+    in the tree, not here; an environment marked compiled is left alone."""
+    if (environment / BYTECODE_MARKER).is_file():
+        return
     top = system.backend.split(":")[0].split(".")[0]
     packages = [
         site / top
