@@ -13,6 +13,7 @@ from pathlib import Path
 from wheelkiln import run, ui
 from wheelkiln.builder import cmake_id, compiler_answers, frontend, meson_sanity, probes
 from wheelkiln.builder.backend import backend_settings, frontend_arguments
+from wheelkiln.builder.dpkg_arch import dpkg_arch_front
 from wheelkiln.builder.environment import (
     BuildEnvironment,
     ensure_environment,
@@ -271,6 +272,9 @@ def build_cell(
         front = meson_front(env, kiln_home() / "meson-version", front_scripts_dir())
         if front is not None:
             env["PATH"] = os.pathsep.join((front, env["PATH"]))
+        arch = dpkg_arch_front(env, kiln_home() / "dpkg-architecture", front_scripts_dir())
+        if arch is not None:
+            env["PATH"] = os.pathsep.join((arch, env["PATH"]))
         if "CC" in tool_env and "CXX" in tool_env:
             fronts = {"cc": Path(tool_env["CC"]), "c++": Path(tool_env["CXX"])}
             env.update(compiler_answers.prepare(fronts, env, kiln_home() / "compiler-answers"))
