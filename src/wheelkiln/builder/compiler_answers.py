@@ -54,9 +54,11 @@ READ_VARIABLES = (
     "PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH",
     "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "GCC_COMPARE_DEBUG", "LANG", "LANGUAGE",
     "LC_ALL", "LC_MESSAGES", "LC_CTYPE", "KILN_HOST_CC", "KILN_HOST_CXX",
+    "CCC_OVERRIDE_OPTIONS", "SDKROOT", "MACOSX_DEPLOYMENT_TARGET",
 )  # fmt: skip
-"""What the answers may depend on besides the programs: the driver's search paths and
-the locale of its messages."""
+"""What the answers may depend on besides the programs: the driver's search paths, the
+locale of its messages, and what clang reads (its option override, the SDK and
+deployment target that set predefined macros)."""
 
 SCHEMA = 2
 """Part of the key: a change in what is kept retires every kept answer."""
