@@ -76,7 +76,9 @@ def answer_line(name: str) -> str:
     )
 
 
-def _identity(program: str | None) -> str:
+def file_identity(program: str | None) -> str:
+    """A program's resolved path and file identity (inode, size, mtime): a reinstalled
+    program is another identity, even with the same version line."""
     if program is None:
         return "absent"
     resolved = os.path.realpath(program)
@@ -107,14 +109,14 @@ def answers_key(fronts: Mapping[str, Path], environ: Mapping[str, str]) -> str:
     for name, front in sorted(fronts.items()):
         real = _real_compiler(front)
         programs[name] = {
-            "front": _identity(str(front)),
-            "compiler": _identity(shutil.which(real, path=path) if real else None),
+            "front": file_identity(str(front)),
+            "compiler": file_identity(shutil.which(real, path=path) if real else None),
         }
     blob = json.dumps(
         {
             "fronts": programs,
-            "ld": _identity(shutil.which("ld", path=path)),
-            "as": _identity(shutil.which("as", path=path)),
+            "ld": file_identity(shutil.which("ld", path=path)),
+            "as": file_identity(shutil.which("as", path=path)),
             "environment": {k: environ.get(k) for k in READ_VARIABLES if k != "PATH"},
             # Resolved: a workdir's view of the build environment (<workdir>/.envs) is
             # the same directory in every workdir.

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from wheelkiln import run
+from wheelkiln.builder.compiler_answers import file_identity
 from wheelkiln.builder.toolchain import install_script
 
 QUESTION = "-qDEB_HOST_MULTIARCH"
@@ -35,35 +36,24 @@ TRIPLET = re.compile(r"[a-z0-9_]+(-[a-z0-9_]+)+\n?")
 """What the answer is: a multiarch triplet alone, on one line."""
 
 
-def _identity(path: str | None) -> str:
-    if path is None:
-        return "absent"
-    resolved = os.path.realpath(path)
-    try:
-        status = Path(resolved).stat()
-    except OSError:
-        return f"{resolved}: absent"
-    return f"{resolved}:{status.st_ino}:{status.st_size}:{status.st_mtime_ns}"
-
-
 def answer_key(real: str, environ: Mapping[str, str]) -> str:
     """The digest of what the answer of *real* depends on (module doc)."""
     path = environ.get("PATH", os.defpath)
     data_dir = Path(environ.get("DPKG_DATADIR", "/usr/share/dpkg"))
     try:
-        tables = {entry.name: _identity(str(entry)) for entry in sorted(data_dir.iterdir())}
+        tables = {entry.name: file_identity(str(entry)) for entry in sorted(data_dir.iterdir())}
     except OSError:
         tables = {}
     compiler = environ.get("CC", "").split()
     blob = json.dumps(
         {
-            "script": _identity(real),
-            "dpkg": _identity(shutil.which("dpkg", path=path)),
+            "script": file_identity(real),
+            "dpkg": file_identity(shutil.which("dpkg", path=path)),
             "tables": tables,
             "variables": {
                 k: v for k, v in sorted(environ.items()) if k.startswith(("DEB_", "DPKG_"))
             },
-            "cc": [environ.get("CC"), _identity(shutil.which(compiler[0], path=path))]
+            "cc": [environ.get("CC"), file_identity(shutil.which(compiler[0], path=path))]
             if compiler
             else None,
             "path": [os.path.realpath(entry) for entry in path.split(os.pathsep) if entry],
