@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import install_script
 from wheelkiln.builder import compiler_answers
 from wheelkiln.builder.toolchain import DEBUG_PREFIX, Launch, toolchain_environment
 
@@ -18,17 +19,16 @@ DEFINES = ("-cpp", "-x", "c", "-E", "-dM", "-")
 def _compiler(path: Path, runs: Path, version: str) -> None:
     """A compiler (a new file each time, as a package upgrade writes one) that logs its
     runs; its -dumpmachine fails, which must never be kept."""
-    path.unlink(missing_ok=True)
-    path.write_text(
+    install_script(
+        path,
         f'#!/bin/sh\necho "$*" >> {runs}\n'
         'case "$1" in\n'
         f"  --version) echo 'fakecc {version}';;\n"
         f"  -cpp) cat >/dev/null; echo '#define __FAKE__ {version}';;\n"
         "  -Wl,--version) echo 'GNU ld 2.40'; echo \"collect2 /tmp/cc$$.res\" >&2;;\n"
         "  -dumpmachine) exit 1;;\n"
-        "esac\n"
+        "esac\n",
     )
-    path.chmod(0o755)
 
 
 def test_kept_answers_until_the_compiler_linker_or_a_variable_changes(

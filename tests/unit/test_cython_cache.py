@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import install_script
 from wheelkiln import cython_front
 from wheelkiln.cache import cython as store
 from wheelkiln.per_tu import CYTHON_FRONT_MARK
@@ -193,13 +194,12 @@ def test_cython_version_is_answered_from_the_cache_until_cython_changes(
     script = env / "bin" / "cython"
     script.parent.mkdir()
 
-    def install(version: str) -> None:  # as pip and uv do: a new script
-        script.unlink(missing_ok=True)
-        script.write_text(
+    def install(version: str) -> None:
+        install_script(
+            script,
             f"#!/bin/sh\necho run >> {runs}\necho 'Cython version {version}'\n"
-            f"echo 'Cython version {version}' >&2\n"
+            f"echo 'Cython version {version}' >&2\n",
         )
-        script.chmod(0o755)
 
     install("3.3.1")
     fronts = tmp_path / "fronts"
@@ -231,12 +231,11 @@ def _fake_cython(env: Path, runs: Path, version: str) -> Path:
     (package / "Shadow.py").write_text(f'__version__ = "{version}"\n')
     script = env / "bin" / "cython"
     script.parent.mkdir(exist_ok=True)
-    script.unlink(missing_ok=True)
-    script.write_text(
+    install_script(
+        script,
         f"#!/bin/sh\necho run >> {runs}\necho 'Cython version {version}'\n"
-        f"echo 'to stderr {version}' >&2\n"
+        f"echo 'to stderr {version}' >&2\n",
     )
-    script.chmod(0o755)
     return script
 
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from tests.scripts import install_script
 from wheelkiln.builder import dpkg_arch
 
 
 def _script(path: Path, body: str) -> None:
-    path.unlink(missing_ok=True)  # a new file, as a package upgrade writes one
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(0o755)
+    install_script(path, "#!/bin/sh\n" + body)
 
 
 def test_the_kept_answer_until_dpkg_its_tables_or_a_variable_changes(tmp_path: Path) -> None:

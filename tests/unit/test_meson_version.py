@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from tests.scripts import install_script
 from wheelkiln.builder.meson_version import meson_front
 
 
@@ -15,13 +16,12 @@ def test_the_front_answers_the_version_and_passes_the_rest(tmp_path: Path) -> No
     bin_dir.mkdir(parents=True)
     meson = bin_dir / "meson"
 
-    def install(version: str) -> None:  # as pip and uv do: a new script
-        meson.unlink(missing_ok=True)
-        meson.write_text(
+    def install(version: str) -> None:
+        install_script(
+            meson,
             f'#!/bin/sh\necho "$*" >> {runs}\n'
-            f'if [ "$*" = --version ]; then echo {version}; else echo "real meson: $*"; fi\n'
+            f'if [ "$*" = --version ]; then echo {version}; else echo "real meson: $*"; fi\n',
         )
-        meson.chmod(0o755)
 
     def call(front: str | None, *args: str) -> tuple[str, list[str]]:
         assert front is not None
