@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_source_fetch import git
+from tests.unit.test_source_fetch import git_recipe
 from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
 from wheelkiln.builder.wheel_cache import fetched_source_digest
 from wheelkiln.paths import sources_dir
@@ -25,13 +25,7 @@ def test_a_fetched_source_digests_as_the_build_s_copy(
     (upstream / "src" / "a.c").write_text("int a(void) { return 1; }\n")
     (upstream / "build").mkdir()  # a leftover the copy (and so the digest) leaves out
     (upstream / "build" / "old.o").write_text("stale\n")
-    git("init", "--quiet", cwd=upstream)
-    git("add", "-A", cwd=upstream)
-    git("commit", "--quiet", "-m", "one", cwd=upstream)
-    rev = git("rev-parse", "HEAD", cwd=upstream)
-    recipe = tmp_path / "demo.toml"
-    recipe.write_text(f'name = "demo"\n[source]\ngit = "{upstream}"\nrev = "{rev}"\n')
-    loaded = load_recipe(recipe)
+    loaded = git_recipe(upstream, tmp_path / "demo.toml")
 
     known = fetched_source_digest(loaded)
     copy = tmp_path / "job" / "src"

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from wheelkiln.builder.source import fetch_source
-from wheelkiln.recipe.load import load_recipe
+from wheelkiln.recipe.load import LoadedRecipe, load_recipe
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -19,17 +19,22 @@ def git(*args: str, cwd: Path) -> str:
                           check=True).stdout.strip()
 
 
+def git_recipe(upstream: Path, recipe: Path) -> LoadedRecipe:
+    """*upstream*'s files committed as one revision, and *recipe*, which pins it."""
+    git("init", "--quiet", cwd=upstream)
+    git("add", "-A", cwd=upstream)
+    git("commit", "--quiet", "-m", "one", cwd=upstream)
+    rev = git("rev-parse", "HEAD", cwd=upstream)
+    recipe.write_text(f'name = "demo"\n[source]\ngit = "{upstream}"\nrev = "{rev}"\n')
+    return load_recipe(recipe)
+
+
 def test_parallel_fetches_of_one_git_source_share_one_clone(tmp_path: Path) -> None:
     upstream = tmp_path / "upstream"
     upstream.mkdir()
-    git("init", "--quiet", cwd=upstream)
     (upstream / "setup.py").write_text("# the package\n")
-    git("add", "setup.py", cwd=upstream)
-    git("commit", "--quiet", "-m", "one", cwd=upstream)
-    rev = git("rev-parse", "HEAD", cwd=upstream)
-    recipe = tmp_path / "demo.toml"
-    recipe.write_text(f'name = "demo"\n[source]\ngit = "{upstream}"\nrev = "{rev}"\n')
-    loaded = load_recipe(recipe)
+    loaded = git_recipe(upstream, tmp_path / "demo.toml")
+    rev = loaded.recipe.source.rev
     store = tmp_path / "home" / "sources"
 
     with ThreadPoolExecutor(6) as pool:
