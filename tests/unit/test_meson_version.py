@@ -57,3 +57,11 @@ def test_no_front_without_a_meson_that_answers_a_version(tmp_path: Path) -> None
     meson.chmod(0o755)
     assert meson_front({"PATH": str(tmp_path)}, tmp_path / "s", tmp_path / "f") is None
     assert not (tmp_path / "s").exists()
+
+
+def test_no_front_where_the_answer_cannot_be_kept(tmp_path: Path) -> None:
+    meson = tmp_path / "meson"
+    install_script(meson, "#!/bin/sh\necho 1.12.1\n")
+    (tmp_path / "home").write_text("a file, where the store's parent would be")
+    # meson then runs as it is, asked by meson-python itself: the build goes on
+    assert meson_front({"PATH": str(tmp_path)}, tmp_path / "home" / "s", tmp_path / "f") is None

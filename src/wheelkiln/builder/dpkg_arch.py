@@ -22,14 +22,12 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from wheelkiln import run
 from wheelkiln.builder.compiler_answers import file_identity
-from wheelkiln.builder.toolchain import install_script
+from wheelkiln.builder.meson_version import answering_front
 
 QUESTION = "-qDEB_HOST_MULTIARCH"
 TRIPLET = re.compile(r"[a-z0-9_]+(-[a-z0-9_]+)+\n?")
@@ -70,27 +68,7 @@ def dpkg_arch_front(environ: Mapping[str, str], store: Path, scripts_dir: Path) 
     real = shutil.which("dpkg-architecture", path=environ.get("PATH", os.defpath))
     if real is None:
         return None
-    kept = store / answer_key(real, environ)
-    try:
-        answer = kept.read_text(encoding="utf-8")
-    except OSError:
-        done = run.run([real, QUESTION], env=environ, check=False)
-        # Captured with stderr: kept only when it is the bare triplet.
-        if done.returncode != 0 or not TRIPLET.fullmatch(done.output):
-            return None
-        answer = done.output
-        try:
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            staged = kept.with_name(f".{kept.name}.{os.getpid()}")
-            staged.write_text(answer, encoding="utf-8")
-            staged.replace(kept)
-        except OSError:
-            return None
-    body = (
-        f'if [ "$#" -eq 1 ] && [ "$1" = {QUESTION} ]; then\n'
-        f"  printf '%s' {shlex.quote(answer)}\n"
-        "  exit 0\n"
-        "fi\n"
-        f'exec {shlex.quote(real)} "$@"'
+    return answering_front(
+        "dpkg-architecture", real, QUESTION, store / answer_key(real, environ), TRIPLET,
+        environ, scripts_dir,
     )
-    return str(install_script(scripts_dir, "dpkg-architecture", body).parent)

@@ -9,8 +9,9 @@ records itself, not the script, for regenerating the build.
 
 The answer is asked of the real meson once and kept under ``$KILN_HOME/meson-version``,
 keyed by the real script's resolved path, inode, size and modification time: installing
-another meson writes another script, so the key changes with the answer. The script
-holds the answer and the real path; it is content-addressed like the compiler fronts
+another meson writes another script, so the key changes with the answer. Where the
+answer cannot be kept, there is no front and meson runs as it is. The script holds the
+answer and the real path; it is content-addressed like the compiler fronts
 (:func:`wheelkiln.builder.toolchain.install_script`).
 """
 
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from wheelkiln import run
+from wheelkiln.builder.compiler_answers import file_identity
 from wheelkiln.builder.toolchain import install_script
 
 VERSION = re.compile(r"\d+(\.\d+)+\S*\n?")
@@ -33,10 +35,7 @@ VERSION = re.compile(r"\d+(\.\d+)+\S*\n?")
 
 def version_key(real: str) -> str:
     """The key of *real*'s answer: its resolved path and the file's identity."""
-    resolved = os.path.realpath(real)
-    status = Path(resolved).stat()
-    blob = f"{resolved}\0{status.st_ino}:{status.st_size}:{status.st_mtime_ns}"
-    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+    return hashlib.sha256(file_identity(real).encode()).hexdigest()[:20]
 
 
 def meson_front(environ: Mapping[str, str], store: Path, scripts_dir: Path) -> str | None:
@@ -45,24 +44,43 @@ def meson_front(environ: Mapping[str, str], store: Path, scripts_dir: Path) -> s
     real = shutil.which("meson", path=environ.get("PATH", os.defpath))
     if real is None:
         return None
-    kept = store / version_key(real)
+    return answering_front(
+        "meson", real, "--version", store / version_key(real), VERSION, environ, scripts_dir
+    )
+
+
+def answering_front(
+    name: str,
+    real: str,
+    question: str,
+    kept: Path,
+    answer: re.Pattern[str],
+    environ: Mapping[str, str],
+    scripts_dir: Path,
+) -> str | None:
+    """The directory of a *name* front that prints the answer kept in *kept* for exactly
+    ``name QUESTION`` and ``exec``s *real* for every other call; the answer is asked of
+    *real* once when nothing is kept. None where the answer (with its stderr) is not
+    what *answer* matches, or cannot be kept: then the real program runs as it is."""
     try:
-        answer = kept.read_text(encoding="utf-8")
+        said = kept.read_text(encoding="utf-8")
     except OSError:
-        done = run.run([real, "--version"], env=environ, check=False)
-        # Captured with stderr: kept only when it is the bare version meson prints.
-        if done.returncode != 0 or not VERSION.fullmatch(done.output):
+        done = run.run([real, question], env=environ, check=False)
+        if done.returncode != 0 or not answer.fullmatch(done.output):
             return None
-        answer = done.output
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        staged = kept.with_name(f".{kept.name}.{os.getpid()}")
-        staged.write_text(answer, encoding="utf-8")
-        staged.replace(kept)
+        said = done.output
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            staged = kept.with_name(f".{kept.name}.{os.getpid()}")
+            staged.write_text(said, encoding="utf-8")
+            staged.replace(kept)
+        except OSError:
+            return None
     body = (
-        'if [ "$#" -eq 1 ] && [ "$1" = "--version" ]; then\n'
-        f"  printf '%s' {shlex.quote(answer)}\n"
+        f'if [ "$#" -eq 1 ] && [ "$1" = {shlex.quote(question)} ]; then\n'
+        f"  printf '%s' {shlex.quote(said)}\n"
         "  exit 0\n"
         "fi\n"
         f'exec {shlex.quote(real)} "$@"'
     )
-    return str(install_script(scripts_dir, "meson", body).parent)
+    return str(install_script(scripts_dir, name, body).parent)
