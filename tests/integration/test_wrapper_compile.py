@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
+from wheelkiln.builder.wheel_checks import PLACEHOLDER_MARK
 from wheelkiln.cache import launch
 from wheelkiln.shard import wrapper
+from wheelkiln.shard.job import PLACEHOLDER_SOURCE
 from wheelkiln.shard.partition import shard_of
 
 pytestmark = pytest.mark.compile
@@ -46,7 +48,9 @@ needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not on PATH")
 class Shard:
     """One shard's private world: tree, log, stub object, ccache directory."""
 
-    def __init__(self, root: Path, index: int, count: int, cache: str | None) -> None:
+    def __init__(
+        self, root: Path, index: int, count: int, cache: str | None, *, placeholder: bool = False
+    ) -> None:
         self.root = root
         self.tree = root / "tree"
         self.tree.mkdir(parents=True, exist_ok=True)
@@ -65,6 +69,14 @@ class Shard:
             "KILN_CACHE": cache or "",
             "KILN_STUB_OBJECT": str(self.stub),
         }
+        if placeholder:  # as the shard job makes it
+            source = root / "placeholder.c"
+            source.write_text(PLACEHOLDER_SOURCE)
+            self.env["KILN_PLACEHOLDER_OBJECT"] = str(root / "placeholder.o")
+            subprocess.run(
+                [GCC, "-c", "-fPIC", str(source), "-o", self.env["KILN_PLACEHOLDER_OBJECT"]],
+                check=True,
+            )
         self.index, self.count = index, count
 
     def write(self, relative: str, text: str) -> Path:
@@ -233,6 +245,95 @@ def test_shared_link_with_unresolved_symbols_only_is_tolerated(
     exe = shard.run(GCC, "build/main.c", "-o", "build/main")
     assert exe.returncode != 0
     assert "undefined reference to" in exe.stderr
+
+
+def _dynamic(path: Path) -> str:
+    return subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def _defined(path: Path) -> set[str]:
+    out = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", str(path)],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return {line.split()[0] for line in out.splitlines() if line}
+
+
+@needs_ccache
+def test_a_shared_library_with_a_stubbed_object_is_deferred_until_an_executable_needs_it(
+    tmp_path: Path,
+) -> None:
+    shard = Shard(tmp_path / "s", index=0, count=2, cache=CCACHE, placeholder=True)
+    mine, others = names_split(2, 0, "part", ".c", wanted=2)
+    shard.write(mine[0], "int twice(int x) { return 2 * x; }\n")
+    shard.write(mine[1], "int api(int x);\nint module_entry(void) { return api(1); }\n")
+    shard.write(others[0], "int twice(int x);\nint api(int x) { return twice(x) + 1; }\n")
+    shard.write("build/.keep", "")
+    build = shard.tree / "build"
+    objects = {}
+    for key in (*mine, others[0]):
+        objects[key] = f"build/{Path(key).stem}.o"
+        compiled = shard.run(GCC, "-fPIC", "-c", key, "-o", objects[key])
+        assert compiled.returncode == 0, compiled.stderr
+    library = [GCC, "-shared", "-Wl,-soname,libapi.so", "-Wl,-rpath,/opt/kiln-test",
+               objects[mine[0]], objects[others[0]], "-o", "build/libapi.so"]  # fmt: skip
+
+    # one of its objects is a stub here: the link is left to the link job
+    linked = shard.run(*library)
+    assert linked.returncode == 0, linked.stderr
+    data = (build / "libapi.so").read_bytes()
+    assert data.startswith(b"\x7fELF") and PLACEHOLDER_MARK in data
+    dynamic = _dynamic(build / "libapi.so")  # what install steps read: kept
+    assert "Library soname: [libapi.so]" in dynamic
+    assert "[/opt/kiln-test]" in dynamic
+    assert not {"api", "twice"} & _defined(build / "libapi.so")
+    deferred = shard.records()[-1]
+    assert (deferred["action"], deferred["exit"]) == ("link-deferred", 0)
+    assert deferred["argv"] == library  # the real command, for the ledger and for later
+    assert deferred["output"] == str(build / "libapi.so")
+
+    # a module that links the deferred library (by -L/-l) is deferred in turn
+    module = shard.run(GCC, "-shared", objects[mine[1]], "-Lbuild", "-lapi", "-o", "build/_mod.so")
+    assert module.returncode == 0, module.stderr
+    assert shard.records()[-1]["action"] == "link-deferred"
+    assert PLACEHOLDER_MARK in (build / "_mod.so").read_bytes()
+
+    # an executable may be run by the build: the library is made for real before it links
+    shard.write("build/main.c", '#include <stdio.h>\nint api(int);\n'
+                'int main(void) { printf("%d\\n", api(20)); return 0; }\n')  # fmt: skip
+    exe = shard.run(GCC, "build/main.c", "-Lbuild", "-lapi", f"-Wl,-rpath,{build}", "-o", "build/main")
+    assert exe.returncode == 0, exe.stderr
+    ran = subprocess.run([str(build / "main")], capture_output=True, text=True, check=True)
+    assert ran.stdout == "41\n"
+    assert {"api", "twice"} <= _defined(build / "libapi.so")
+    made = shard.records()[-3:]
+    assert [(r["action"], r["tu"], r["exit"]) for r in made] == [
+        ("link-probe-rebuild", others[0], 0), ("link", None, 0), ("link", None, 0)
+    ]  # fmt: skip
+    assert made[1]["argv"] == library and made[2]["output"] == str(build / "main")
+
+    # with every object real, a shared link runs for real
+    whole = shard.run(GCC, "-shared", objects[mine[0]], "-o", "build/libtwice.so")
+    assert whole.returncode == 0, whole.stderr
+    assert shard.records()[-1]["action"] == "link"
+    assert "twice" in _defined(build / "libtwice.so")
+
+
+@needs_ccache
+def test_a_deferred_link_whose_placeholder_cannot_link_runs_for_real(tmp_path: Path) -> None:
+    # A version script naming a symbol the placeholder lacks, under --no-undefined-version
+    # (lld's default): the placeholder link fails, so the real one runs.
+    shard = Shard(tmp_path / "s", index=0, count=2, cache=CCACHE, placeholder=True)
+    mine, others = names_split(2, 0, "part", ".c", wanted=1)
+    shard.write(mine[0], "int helper(int x);\nint api(int x) { return helper(x) + 1; }\n")
+    shard.write(others[0], "int helper(int x) { return 2 * x; }\n")
+    shard.write("build/api.map", "{ global: api; local: *; };\n")
+    objects = [f"build/{Path(key).stem}.o" for key in (mine[0], others[0])]
+    for key, obj in zip((mine[0], others[0]), objects, strict=True):
+        assert shard.run(GCC, "-fPIC", "-c", key, "-o", obj).returncode == 0
+    linked = shard.run(GCC, "-shared", "-Wl,--no-undefined-version", "-Wl,--version-script=build/api.map",
+                       *objects, "-o", "build/libapi.so")  # fmt: skip
+    assert linked.returncode == 0, linked.stderr
+    assert shard.records()[-1]["action"] == "link"
+    assert "api" in _defined(shard.tree / "build/libapi.so")
 
 
 @needs_ccache

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.builder.wheel_checks import check_contents, requires_dist
+from wheelkiln.builder.wheel_checks import PLACEHOLDER_MARK, check_contents, requires_dist
 from wheelkiln.errors import BuildError
 from wheelkiln.executors.base import process_status
 from wheelkiln.recipe.model import Verify
@@ -234,3 +234,16 @@ def test_smoke_with_nothing_to_run_says_why(tmp_path: Path, capsys: pytest.Captu
     reason = f"{path} has neither [verify] smoke nor [verify] import"
     assert result == {"ran": False, "reason": reason}
     assert f"--smoke: nothing to run: {reason}." in " ".join(capsys.readouterr().err.split())
+
+
+def test_a_deferred_link_placeholder_fails_though_it_is_a_shared_object(tmp_path: Path) -> None:
+    # What a shard links for a deferred shared library: a real ELF file carrying the mark.
+    placeholder = ELF + b"\0" * 4096 + PLACEHOLDER_MARK + b"\0" * 64
+    wheel = _wheel(tmp_path, {"pkg/_a.so": ELF, "pkg/_b.cpython-311-x86_64-linux-gnu.so": placeholder})
+    with pytest.raises(BuildError) as caught:
+        check_contents(inspect_wheel(wheel), Verify(extension_modules=("pkg/_a*.so",)))
+    assert caught.value.message == (
+        "pkg-1.0-cp311-cp311-linux_x86_64.whl: extension module "
+        "pkg/_b.cpython-311-x86_64-linux-gnu.so is a shard job's placeholder (an empty shared "
+        "object standing in for a link the shard left to the link job)."
+    )

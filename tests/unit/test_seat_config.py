@@ -34,6 +34,7 @@ SEAT = SeatConfig(
     stub_object="/w/pkg-shard-2/empty.o",
     partition_map_path="/w/map.json",
     build_dir="/w/pkg-shard-2/build",
+    placeholder_object="/w/pkg-shard-2/placeholder.o",
 )
 
 

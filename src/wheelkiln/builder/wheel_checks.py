@@ -47,8 +47,13 @@ OBJECT_MAGIC = (
     b"\xce\xfa\xed\xfe",  # Mach-O 32-bit
     b"\xca\xfe\xba\xbe",  # Mach-O universal
 )
-"""How a real shared object starts. A shard job's placeholder (the seat wrapper's output
-for a link it tolerated) is an empty file, so it starts with none of these."""
+"""How a real shared object starts. A shard job's placeholder for a link it tolerated is
+an empty file, so it starts with none of these."""
+PLACEHOLDER_MARK = b"wheelkiln shard placeholder: the link job makes the real library"
+"""In every placeholder a shard job links for a shared library whose link it deferred (a
+real, empty shared object: the build's install steps read it)."""
+_PLACEHOLDER_MAX_BYTES = 1 << 20
+"""Placeholders are a few KiB: larger modules are not read again for the mark."""
 
 
 def verify_wheel(outcome: BuildOutcome, loaded: LoadedRecipe, *, smoke: bool) -> dict[str, Any]:
@@ -93,8 +98,18 @@ def check_contents(facts: WheelFacts, verify: Verify) -> None:
     check_wheel(facts, verify)
     with zipfile.ZipFile(facts.path) as wheel:
         for name, digest in sorted(facts.extensions.items()):
+            small = wheel.getinfo(name).file_size <= _PLACEHOLDER_MAX_BYTES
             with wheel.open(name) as member:
-                head = member.read(4)
+                data = member.read(_PLACEHOLDER_MAX_BYTES if small else 4)
+            head = data[:4]
+            if small and PLACEHOLDER_MARK in data:
+                raise BuildError(
+                    f"{facts.path.name}: extension module {name} is a shard job's "
+                    "placeholder (an empty shared object standing in for a link the shard "
+                    "left to the link job).",
+                    hint="A placeholder must never ship: build the wheel with `kiln build` "
+                    "or take it from the link job.",
+                )
             if digest == EMPTY_SHA256 or not head.startswith(OBJECT_MAGIC):
                 raise BuildError(
                     f"{facts.path.name}: extension module {name} is not a shared object "

@@ -121,7 +121,8 @@ def shard(
         (
             "TUs",
             f"{actions.get('compile', 0)} compiled, {actions.get('stub', 0)} stubbed, "
-            f"{actions.get('probe', 0)} probes, {actions.get('link-unresolved', 0)} tolerated link failures",
+            f"{actions.get('probe', 0)} probes, {actions.get('link-unresolved', 0)} tolerated link failures, "
+            f"{actions.get('link-deferred', 0)} links left to the link job",
         ),
         ("build exit", str(result.outcome.exit_code)),
         ("failed links", "\n".join(result.gate.links) or "none"),

@@ -21,6 +21,7 @@ from wheelkiln.builder.cell import (
     make_cache,
 )
 from wheelkiln.builder.record import build_record
+from wheelkiln.builder.wheel_checks import PLACEHOLDER_MARK
 from wheelkiln.cache.archive import pack
 from wheelkiln.cache.backend import TUOutcome
 from wheelkiln.cache.manifest import MANIFEST_SCHEMA
@@ -51,6 +52,12 @@ from wheelkiln.shard.source_filter import apply_source_partition
 from wheelkiln.shard.trace import write_job_trace
 from wheelkiln.shard.wrapper import SeatConfig
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, read_wrapper_log
+
+PLACEHOLDER_SOURCE = (
+    "/* What a shard links in place of a shared library's objects when it defers the link\n"
+    "   (the link job makes the real library). The mark makes the placeholder known. */\n"
+    f'const char wheelkiln_shard_placeholder[] = "{PLACEHOLDER_MARK.decode()}";\n'
+)
 
 
 def toolchain_fingerprint(
@@ -198,6 +205,7 @@ def run_shard(
     tree = job_dir / "src"
     wrapper_log = job_dir / WRAPPER_LOG
     stub = job_dir / "empty.o"
+    placeholder = job_dir / "placeholder.o"
     cache_dir = (options.cache_dir or job_dir.with_name(job_dir.name + ".cache")).resolve()
     shutil.rmtree(cache_dir, ignore_errors=True)
     if partition_map_path is None and recipe.sharding.partition_map:
@@ -207,6 +215,12 @@ def run_shard(
     def prepare(tree_path: Path) -> None:
         run.run(
             ["cc", "-c", "-x", "c", "/dev/null", "-o", str(stub)], what="Making the stub object"
+        )
+        source = job_dir / "placeholder.c"
+        source.write_text(PLACEHOLDER_SOURCE)
+        run.run(
+            ["cc", "-c", "-fPIC", str(source), "-o", str(placeholder)],
+            what="Making the placeholder object",
         )
         if partition == "source":
             apply_source_partition(
@@ -227,6 +241,7 @@ def run_shard(
             str(partition_map_path) if partition == "seat" and partition_map_path else None
         ),
         build_dir=str(job_dir / "build"),
+        placeholder_object=str(placeholder),
     )
     shard_options = seat_job(
         options,

@@ -33,7 +33,9 @@ COMPILE_ACTIONS = frozenset({"compile", "link-probe-rebuild", "probe", "passthro
 """Records of a TU compiled for real in a shard (``passthrough`` with a TU: the source
 partition; ``probe``: compiled for real in every shard)."""
 _WRITES_OBJECT = COMPILE_ACTIONS | {"stub"}
-_LINK_ACTIONS = frozenset({"link", "link-unresolved"})
+_LINK_ACTIONS = frozenset({"link", "link-unresolved", "link-deferred"})
+"""Records of a link, each with the command that names its inputs (a deferred link's is
+the real command, not the placeholder's)."""
 
 
 @dataclass(frozen=True)

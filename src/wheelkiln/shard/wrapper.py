@@ -23,18 +23,35 @@ Per call it decides, in this order:
    **passthrough** (the source partition); in slice it is a **compile** through the
    cache; out of slice it is a **stub**: a copy of ``KILN_STUB_OBJECT`` plus an empty
    depfile where one was asked for.
-4. A **link** runs for real. An executable link that consumes an object this shard
-   stubbed first recompiles it for real (**link-probe-rebuild**: the probe that no name
-   list knows, such as pycryptodome's ``test1.c``). A shared-library (or nvcc device)
-   link that fails with unresolved symbols only is the expected shard failure: its
-   stderr goes through, a placeholder output is written, and it exits 0
-   (**link-unresolved**) so setuptools goes on to compile its next extension.
+4. A **link**:
+
+   * A shared-library link that consumes an object this shard stubbed, or a library
+     this shard deferred, cannot make a whole library here: the link job makes the
+     real one. It is **deferred**: the same command links the placeholder object
+     (``KILN_PLACEHOLDER_OBJECT``) in place of every object, which gives a real but
+     empty shared object with the same name, ``-soname``, rpath and libraries (so
+     CMake's install can rewrite its rpath and ``strip`` can read it), in tens of
+     milliseconds instead of a full link (an LTO link of a large module takes
+     seconds). Its record (**link-deferred**) keeps the real command. Where the
+     placeholder link fails (a linker that refuses a version script naming symbols
+     it does not see), the real link runs, as below.
+   * An executable link may be run by the build (a generator, a probe). One that
+     consumes an object this shard stubbed first recompiles it for real
+     (**link-probe-rebuild**: the probe that no name list knows, such as
+     pycryptodome's ``test1.c``); one that consumes a deferred library first makes
+     that library for real, its stubbed objects recompiled and its own deferred
+     libraries made the same way (a **link** record each).
+   * Every other link runs for real. A shared-library (or nvcc device) link that fails
+     with unresolved symbols only is the expected shard failure: its stderr goes
+     through, a placeholder output is written, and it exits 0 (**link-unresolved**) so
+     setuptools goes on to compile its next extension.
 5. Anything else (preprocessing, multi-source calls, ``--version``) is a
    **passthrough** through the cache.
 
 Environment: ``KILN_SHARD_INDEX``, ``KILN_SHARD_COUNT`` (unset/empty: source mode),
 ``KILN_PACKAGE_ROOT``, ``KILN_BUILD_DIR``, ``KILN_SHARD_LOG``, ``KILN_CACHE``, ``KILN_STUB_OBJECT``,
-``KILN_PARTITION_MAP``. Each call appends one JSON line to ``KILN_SHARD_LOG``:
+``KILN_PLACEHOLDER_OBJECT`` (unset: no link is deferred), ``KILN_PARTITION_MAP``. Each
+call appends one JSON line to ``KILN_SHARD_LOG``:
 ``{"tu", "action", "seconds", "exit", "output", "argv", "cwd", "pid"}``, and for a
 tolerated link the symbols the linker named (``"unresolved"``, ``"unresolved_count"``).
 
@@ -43,7 +60,7 @@ Only ``os``, ``sys`` and ``time`` load on the compile path; ``json`` (which impo
 """
 
 # Per-TU hot path: pathlib costs ~8 ms to import (fnmatch, re, urllib), so os.path strings.
-# ruff: noqa: PTH100, PTH103, PTH109, PTH118, PTH120, PTH122
+# ruff: noqa: PTH100, PTH103, PTH109, PTH118, PTH119, PTH120, PTH122
 from __future__ import annotations
 
 import os
@@ -79,6 +96,7 @@ ACTIONS = (
     "link",
     "link-unresolved",
     "link-probe-rebuild",
+    "link-deferred",
     "passthrough",
 )
 
@@ -96,6 +114,7 @@ class SeatConfig:
         "log_path",
         "package_root",
         "partition_map_path",
+        "placeholder_object",
         "shard_count",
         "shard_index",
         "stub_object",
@@ -111,6 +130,7 @@ class SeatConfig:
         stub_object: str | None = None,
         partition_map_path: str | None = None,
         build_dir: str | None = None,
+        placeholder_object: str | None = None,
     ) -> None:
         self.shard_index = shard_index
         self.shard_count = shard_count
@@ -122,6 +142,9 @@ class SeatConfig:
         self.partition_map_path = partition_map_path
         self.build_dir = build_dir
         """The backend's build directory: TUs generated there are keyed relative to it."""
+        self.placeholder_object = placeholder_object
+        """The object a deferred shared-library link links instead of its own (None: no
+        link is deferred)."""
 
     @property
     def seat_active(self) -> bool:
@@ -147,6 +170,7 @@ class SeatConfig:
             "KILN_BUILD_DIR": self.build_dir,
             "KILN_SHARD_LOG": self.log_path,
             "KILN_STUB_OBJECT": self.stub_object,
+            "KILN_PLACEHOLDER_OBJECT": self.placeholder_object,
             "KILN_PARTITION_MAP": self.partition_map_path,
         }
         environ.update({name: value for name, value in optional.items() if value})
@@ -162,6 +186,7 @@ class SeatConfig:
             stub_object=environ.get("KILN_STUB_OBJECT") or None,
             partition_map_path=environ.get("KILN_PARTITION_MAP") or None,
             build_dir=environ.get("KILN_BUILD_DIR") or None,
+            placeholder_object=environ.get("KILN_PLACEHOLDER_OBJECT") or None,
         )
         if not count_text:
             return config
@@ -466,23 +491,24 @@ def _partition_map(config: SeatConfig) -> partition.PartitionMapFile | None:
     return partition.PartitionMapFile(config.partition_map_path)
 
 
-def stubbed_inputs(log_path: str | None, object_paths: Sequence[str]) -> list[dict[str, object]]:
-    """Stub records (latest per output) for the objects in *object_paths* (absolute)."""
-    if not log_path or not object_paths:
-        return []
+def latest_records(log_path: str | None, paths: Sequence[str]) -> dict[str, dict[str, object]]:
+    """The latest record per output among *paths* (absolute), from the shard's log."""
+    if not log_path or not paths:
+        return {}
     try:
         with open(log_path, "rb") as handle:
             text = handle.read().decode("utf-8", "replace")
     except OSError:
-        return []
-    wanted = [path for path in object_paths if _json_value(path) in text]
+        return {}
+    wanted = {path for path in paths if _json_value(path) in text}
     if not wanted:
-        return []
-    import json  # here only: json imports re, and executable links are rare
+        return {}
+    import json  # here only: json imports re, and links are few
 
+    encoded = [_json_value(path) for path in wanted]
     latest: dict[str, dict[str, object]] = {}
     for line in text.splitlines():
-        if not any(_json_value(path) in line for path in wanted):
+        if not any(value in line for value in encoded):
             continue
         try:
             record = json.loads(line)
@@ -490,7 +516,71 @@ def stubbed_inputs(log_path: str | None, object_paths: Sequence[str]) -> list[di
             continue  # a torn line
         if isinstance(record, dict) and record.get("output") in wanted:
             latest[str(record["output"])] = record
-    return [record for record in latest.values() if record.get("action") == "stub"]
+    return latest
+
+
+def _is_shared_library(name: str) -> bool:
+    base = os.path.basename(name)
+    return base.endswith(".so") or ".so." in base
+
+
+def library_inputs(args: Sequence[str], operands: Sequence[str], cwd: str) -> list[str]:
+    """Absolute paths of the shared libraries a link names: its ``.so`` operands, and
+    each ``-lNAME`` (``-l:FILE``) in each of its ``-L`` directories. *args* has its
+    response files expanded. Only in-tree libraries matter (a shard defers no other),
+    so nothing is looked up in the system's directories."""
+    found = [
+        os.path.normpath(os.path.join(cwd, operand))
+        for operand in operands
+        if _is_shared_library(operand)
+    ]
+    directories: list[str] = []
+    names: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if arg in ("-L", "-l") and index < len(args):
+            (directories if arg == "-L" else names).append(args[index])
+            index += 1
+        elif arg.startswith("-L") and len(arg) > 2:
+            directories.append(arg[2:])
+        elif arg.startswith("-l") and len(arg) > 2:
+            names.append(arg[2:])
+    for name in names:
+        file_name = name[1:] if name.startswith(":") else f"lib{name}.so"
+        found.extend(
+            os.path.normpath(os.path.join(cwd, directory, file_name)) for directory in directories
+        )
+    return found
+
+
+def incomplete_inputs(
+    parsed: compiler_args.CompilerArgs, args: Sequence[str], cwd: str, config: SeatConfig
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """(stub records, deferred-link records): the objects this link consumes that this
+    shard stubbed, and the shared libraries it consumes that this shard deferred (by
+    path, or through a symlink such as ``libfoo.so`` -> ``libfoo.so.1``)."""
+    objects = [
+        os.path.normpath(os.path.join(cwd, operand))
+        for operand in parsed.operands
+        if os.path.splitext(operand)[1] in _OBJECT_EXTENSIONS
+    ]
+    libraries = library_inputs(compiler_args.expand_response_files(args, cwd), parsed.operands, cwd)
+    forms = {library: (library, os.path.realpath(library)) for library in libraries}
+    latest = latest_records(
+        config.log_path, [*objects, *(form for pair in forms.values() for form in pair)]
+    )
+    stubbed = [
+        latest[path] for path in objects if latest.get(path, {}).get("action") == "stub"
+    ]
+    deferred: dict[object, dict[str, object]] = {}  # by output: one library, two names
+    for pair in forms.values():
+        for form in pair:
+            record = latest.get(form)
+            if record is not None and record.get("action") == "link-deferred":
+                deferred[record.get("output")] = record
+    return stubbed, list(deferred.values())
 
 
 def rebuild_stub(record: Mapping[str, object], config: SeatConfig) -> int:
@@ -521,6 +611,61 @@ def rebuild_stub(record: Mapping[str, object], config: SeatConfig) -> int:
     return exit_code
 
 
+def make_deferred(record: Mapping[str, object], config: SeatConfig, made: set[str]) -> int:
+    """Make a deferred library for real (an executable about to link it may be run):
+    its stubbed objects recompiled, its own deferred libraries made first, then its
+    logged command run in its logged cwd. Each library once per call chain (*made*)."""
+    import subprocess  # here only: it needs a cwd, which posix_spawn cannot set in 3.11
+
+    output, raw_argv, cwd = str(record.get("output")), record.get("argv"), str(record.get("cwd"))
+    if output in made or not isinstance(raw_argv, list) or not raw_argv:
+        return 0
+    made.add(output)
+    argv = [str(item) for item in raw_argv]
+    args = compiler_args.expand_response_files(argv[1:], cwd)
+    parsed = compiler_args.parse_compiler_args(argv[0], args)
+    stubbed, deferred = incomplete_inputs(parsed, args, cwd, config)
+    for stub in stubbed:
+        rebuild_stub(stub, config)
+    for library in deferred:
+        make_deferred(library, config, made)
+    started = time.perf_counter()
+    exit_code = subprocess.call(launch.compile_command(config.cache, argv[0], argv[1:]), cwd=cwd)
+    append_record(
+        config.log_path,
+        _record(None, "link", time.perf_counter() - started, exit_code, output, argv, cwd),
+    )
+    return exit_code
+
+
+def link_placeholder(
+    compiler: str, args: Sequence[str], parsed: compiler_args.CompilerArgs, config: SeatConfig
+) -> bool:
+    """Link the placeholder object in place of every object of this shared-library link,
+    keeping every other argument; True when that made the output."""
+    assert config.placeholder_object is not None
+    objects = {
+        operand
+        for operand in parsed.operands
+        if os.path.splitext(operand)[1] in _OBJECT_EXTENSIONS
+    }
+    kept = [arg for arg in compiler_args.expand_response_files(args) if arg not in objects]
+    exit_code, _ = spawn_capturing_stderr([compiler, *kept, config.placeholder_object])
+    return exit_code == 0
+
+
+def _deferrable(decision: Decision, config: SeatConfig) -> bool:
+    parsed = decision.parsed
+    return (
+        config.placeholder_object is not None
+        and decision.output is not None
+        and parsed.stage == "link"
+        and parsed.shared
+        and not parsed.nvcc  # nvcc's own links also run device links: left as they are
+        and not parsed.sources  # a compile and link in one call compiles a TU
+    )
+
+
 def run_link(
     compiler: str, args: Sequence[str], cwd: str, decision: Decision, config: SeatConfig
 ) -> int:
@@ -528,14 +673,20 @@ def run_link(
     started = time.perf_counter()
     argv = [compiler, *args]
     executable = parsed.stage == "link" and not parsed.shared and not parsed.relocatable
-    if executable and config.seat_active:
-        objects = [
-            os.path.normpath(os.path.join(cwd, operand))
-            for operand in parsed.operands
-            if os.path.splitext(operand)[1] in _OBJECT_EXTENSIONS
-        ]
-        for record in stubbed_inputs(config.log_path, objects):
-            rebuild_stub(record, config)
+    if config.seat_active and (executable or _deferrable(decision, config)):
+        stubbed, deferred = incomplete_inputs(parsed, args, cwd, config)
+        if not executable and (stubbed or deferred):
+            if link_placeholder(compiler, args, parsed, config):
+                seconds = time.perf_counter() - started
+                record = _record(None, "link-deferred", seconds, 0, decision.output, argv, cwd)
+                append_record(config.log_path, record)
+                return 0
+        elif executable:
+            for record in stubbed:
+                rebuild_stub(record, config)
+            made: set[str] = set()
+            for record in deferred:
+                make_deferred(record, config, made)
 
     command = launch.compile_command(config.cache, compiler, args)
     # An executable's failed link keeps its exit code (a build system may be asking

@@ -36,6 +36,7 @@ Action = Literal[
     "link",
     "link-unresolved",
     "link-probe-rebuild",
+    "link-deferred",
     "passthrough",
 ]
 """The wrapper's :data:`~wheelkiln.shard.wrapper.ACTIONS` (a unit test keeps them equal)."""
