@@ -42,8 +42,9 @@ class JobSetup:
     """Put the seat wrapper in front of every compiler (shard jobs)."""
     extra_env: Mapping[str, str] = field(default_factory=dict)
     """Environment kiln adds last (the wrapper's settings, the link job's ccache log)."""
-    prepare_tree: Callable[[Path], None] | None = None
-    """Called with the private tree before the build (the source partition, stubs)."""
+    prepare_tree: Callable[[Path], bool] | None = None
+    """Called with the private tree before the build (the source partition, stubs); True
+    when it changed the tree, which is then digested again."""
     quiet: bool = False
     """No progress steps (the bench shows its own)."""
 
@@ -170,7 +171,7 @@ def seat_job(
     workdir: Path,
     cache_dir: Path | None,
     extra_env: Mapping[str, str],
-    prepare_tree: Callable[[Path], None],
+    prepare_tree: Callable[[Path], bool],
 ) -> BuildOptions:
     """A build with the seat wrapper in front of every compiler: a shard job, or the
     census pass. Its local cache starts fresh in *cache_dir* (the shard's archive is

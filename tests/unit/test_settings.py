@@ -70,8 +70,9 @@ def test_derived_jobs_keep_every_setting_they_do_not_change(tmp_path: Path) -> N
     assert link.job == JobSetup(suffix="link", extra_env={"A": "1", "CCACHE_LOGFILE": "log"},
                                 quiet=True)
 
-    def prepare(tree: Path) -> None:
+    def prepare(tree: Path) -> bool:
         del tree
+        return False
 
     shard = seat_job(options, suffix="shard-1-of-2", workdir=tmp_path / "x", cache_dir=None,
                      extra_env={"KILN_SHARD_INDEX": "0"}, prepare_tree=prepare)

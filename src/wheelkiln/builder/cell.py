@@ -174,8 +174,7 @@ def build_cell(
         shutil.rmtree(job_dir, ignore_errors=True)
         job_dir.mkdir(parents=True)
         digest = copy_tree(pristine, tree, recipe.source.exclude)
-        if options.job.prepare_tree is not None:
-            options.job.prepare_tree(tree)
+        if options.job.prepare_tree is not None and options.job.prepare_tree(tree):
             digest = source_digest(tree, recipe.source.exclude)  # what it left of the copy
         digest = known_digest or digest
         system = read_build_system(tree)

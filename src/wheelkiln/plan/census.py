@@ -376,10 +376,11 @@ def census_pass(
     wrapper_log = job_dir / WRAPPER_LOG
     stub = job_dir / "empty.o"
 
-    def prepare(_tree: Path) -> None:
+    def prepare(_tree: Path) -> bool:
         run.run(
             ["cc", "-c", "-x", "c", "/dev/null", "-o", str(stub)], what="Making the stub object"
         )
+        return False  # the stub goes beside the tree
 
     index, count = CENSUS_SEAT
     seat = SeatConfig(

@@ -212,7 +212,7 @@ def run_shard(
         partition_map_path = loaded.resolve(recipe.sharding.partition_map)
     partition_map = _read_partition_map(partition_map_path, count) if partition_map_path else None
 
-    def prepare(tree_path: Path) -> None:
+    def prepare(tree_path: Path) -> bool:
         run.run(
             ["cc", "-c", "-x", "c", "/dev/null", "-o", str(stub)], what="Making the stub object"
         )
@@ -226,6 +226,7 @@ def run_shard(
             apply_source_partition(
                 tree_path, recipe.sharding.source_globs, index, count, partition_map
             )
+        return partition == "source"  # the seat partition leaves the tree as copied
 
     cache = make_cache(loaded, options, workdir, job_dir)
     # The seat partition acts only with 'seat'; with 'source' the wrapper is a logging
