@@ -463,3 +463,24 @@ def test_wrapper_script_by_path_and_config_errors(tmp_path: Path) -> None:
     assert record["action"] == "passthrough"
     assert record["tu"] == "a.c"
     assert record["output"] == str(tmp_path / "a.o")
+
+
+def test_latest_records_finds_each_output_in_one_pass(tmp_path: Path) -> None:
+    log = tmp_path / "wrapper.jsonl"
+    odd = str(tmp_path / 'b "quoted", "argv": x.o')  # the separators inside a path
+    records = [
+        wrapper._record("a.cpp", "stub", 0.1, 0, str(tmp_path / "a.o"), ["g++", "-c", "a.cpp"], "/w"),
+        wrapper._record("b.cpp", "stub", 0.1, 0, odd, ["g++", "-c", "b.cpp", "-o", odd], "/w"),
+        wrapper._record(None, "link", 0.1, 0, str(tmp_path / "x.so"), ["g++", str(tmp_path / "a.o")], "/w"),
+        wrapper._record("a.cpp", "link-probe-rebuild", 0.2, 0, str(tmp_path / "a.o"), ["g++"], "/w"),
+    ]
+    text = b"".join(encode_record(record) for record in records)
+    torn = encode_record(wrapper._record("b.cpp", "compile", 1, 0, odd, [], "/w"))[:-12]
+    assert b'"argv": ' in torn  # torn after the output it names
+    log.write_bytes(text + torn)
+    latest = wrapper.latest_records(str(log), [str(tmp_path / "a.o"), odd, str(tmp_path / "c.o")])
+    assert {path: record["action"] for path, record in latest.items()} == {
+        str(tmp_path / "a.o"): "link-probe-rebuild",  # the later record wins
+        odd: "stub",  # a torn last line leaves the one before it
+    }
+    assert wrapper.latest_records(str(tmp_path / "missing.jsonl"), [odd]) == {}

@@ -491,8 +491,26 @@ def _partition_map(config: SeatConfig) -> partition.PartitionMapFile | None:
     return partition.PartitionMapFile(config.partition_map_path)
 
 
+def _output_field(line: str) -> str | None:
+    """A record line's ``output`` value as written (JSON-encoded), or None. The wrapper
+    writes every record's keys in one order (:func:`_record`), and an encoded string holds
+    no bare quote, so the value ends where ``, "argv"`` begins."""
+    start = line.find(_OUTPUT_KEY)
+    if start < 0:
+        return None
+    start += len(_OUTPUT_KEY)
+    end = line.find(_ARGV_KEY, start)
+    return line[start:end] if end > 0 else None
+
+
+_OUTPUT_KEY = '"output": '
+_ARGV_KEY = ', "argv": '
+
+
 def latest_records(log_path: str | None, paths: Sequence[str]) -> dict[str, dict[str, object]]:
-    """The latest record per output among *paths* (absolute), from the shard's log."""
+    """The latest record per output among *paths* (absolute), from the shard's log. One
+    pass over the log with a set lookup per line: a large library's link names thousands
+    of objects, and the log holds a line per TU."""
     if not log_path or not paths:
         return {}
     try:
@@ -500,22 +518,26 @@ def latest_records(log_path: str | None, paths: Sequence[str]) -> dict[str, dict
             text = handle.read().decode("utf-8", "replace")
     except OSError:
         return {}
-    wanted = {path for path in paths if _json_value(path) in text}
-    if not wanted:
+    wanted = {_json_value(path): path for path in paths}
+    lines: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        value = _output_field(line)
+        if value is not None and value in wanted:
+            lines.setdefault(value, []).append(line)
+    if not lines:
         return {}
     import json  # here only: json imports re, and links are few
 
-    encoded = [_json_value(path) for path in wanted]
     latest: dict[str, dict[str, object]] = {}
-    for line in text.splitlines():
-        if not any(value in line for value in encoded):
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue  # a torn line
-        if isinstance(record, dict) and record.get("output") in wanted:
-            latest[str(record["output"])] = record
+    for value, found in lines.items():
+        for line in reversed(found):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a torn line: the one before it stands
+            if isinstance(record, dict) and record.get("output") == wanted[value]:
+                latest[wanted[value]] = record
+                break
     return latest
 
 
