@@ -1,7 +1,7 @@
 """Sharding figures for one recipe (default demo-kernels at N=4), measured in one run.
 
     .venv/bin/python benchmarks/bench_shard.py [RECIPE] [--count N] [--rounds R]
-        [--no-balanced] [--compare-linker mold|lld] [--link-rounds K] [--json]
+        [--no-balanced] [--compare-linker mold|lld] [--link-rounds K] [--pairs K] [--json]
 
 The shards run one at a time, so each is timed alone, as it would be on its own
 machine. Every job is timed two ways: its build step (the record's ``wall_seconds``, the
@@ -12,7 +12,8 @@ measured in this run:
 * critical path (slowest shard + link job) / unsharded cold wall   (goal <= 0.35),
   with the hash partition and again with a map from `kiln shard-plan` (skipped with
   --no-balanced)
-* whole link job / whole hot build                                 (goal <= 1.05)
+* whole link job / whole hot build                                 (goal <= 1.05); with
+  --pairs K, K hot builds and link jobs run alternately, and the median of their ratios
 * sum of the whole shard jobs / whole unsharded cold build         (goal <= 1.05),
   and the same for the build steps' CPU time (what the shards cost the machines; wall
   time on a shared host also moves with what else runs there)
@@ -154,6 +155,8 @@ def main() -> None:
     parser.add_argument("--no-balanced", action="store_true", help="skip the shard-plan pass")
     parser.add_argument("--compare-linker", choices=["mold", "lld"], help="time link jobs with it too")
     parser.add_argument("--link-rounds", type=int, default=3, help="link jobs per linker (--compare-linker)")
+    parser.add_argument("--pairs", type=int, default=1,
+                        help="hot build and link job pairs, run alternately; the ratio is their median")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     recipe = resolve_recipe(args.recipe)
@@ -171,6 +174,13 @@ def main() -> None:
                    "--no-wheel-cache", *common)
         shards = shard_all(recipe, args.count, scratch / "shards", common)
         link = kiln("link", recipe, "--archives", scratch / "shards", "--out", scratch / "linked", *common)
+        pairs = [(hot, link)]
+        for _ in range(args.pairs - 1):  # alternately, so a change of load hits both alike
+            pairs.append((
+                kiln("build", recipe, "--out", scratch / "plain", "--cache-dir", scratch / "plain-cache",
+                     "--no-wheel-cache", *common),
+                kiln("link", recipe, "--archives", scratch / "shards", "--out", scratch / "linked", *common),
+            ))
         planned: list[dict[str, Any]] = []
         planned_link: dict[str, Any] = {}
         if not args.no_balanced:
@@ -226,6 +236,8 @@ def main() -> None:
             "shard_seconds": [s["job_seconds"] for s in shards],
             "link_seconds": link["job_seconds"],
             "link_job_over_hot_build": round(link["job_seconds"] / hot["job_seconds"], 3),
+            "pairs_link_job_over_hot_build": [round(b["job_seconds"] / a["job_seconds"], 3) for a, b in pairs],
+            "median_link_job_over_hot_build": median([b["job_seconds"] / a["job_seconds"] for a, b in pairs]),
             "shard_sum_over_cold": round(sum(s["job_seconds"] for s in shards) / cold["job_seconds"], 3),
             # Each job's own cost: the kiln process less its build step (the CLI's start,
             # source copy and digest, environment check, archives, gate, checks, records).
@@ -272,6 +284,9 @@ def main() -> None:
           f"{', '.join(f'{x:.1f}' for x in jobs['shard_seconds'])} s, link {jobs['link_seconds']:.1f} s")
     print(f"  link job / hot build           = {jobs['link_job_over_hot_build']:.2f} (goal <= 1.05; "
           f"build steps alone {figures['link_over_hot']:.2f})")
+    if args.pairs > 1:
+        print(f"  the same, {args.pairs} pairs run alternately: median {jobs['median_link_job_over_hot_build']:.2f} "
+              f"({', '.join(f'{x:.2f}' for x in jobs['pairs_link_job_over_hot_build'])})")
     print(f"  sum of shards / unsharded cold = {jobs['shard_sum_over_cold']:.2f} (goal <= 1.05); CPU time of "
           f"the build steps {figures['shard_cpu_sum_over_cold_cpu']:.2f}")
     spent = jobs["outside_build_seconds"]
