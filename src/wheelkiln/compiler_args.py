@@ -33,6 +33,9 @@ PROBE_MARKERS = (
 directory): these compiles and links always run for real, past the cache, in shard jobs
 and link jobs alike."""
 
+OBJECT_EXTENSIONS = frozenset({".o", ".obj", ".lo"})
+"""Operand extensions of object files, as a link names them."""
+
 SOURCE_EXTENSIONS = frozenset(
     {
         # C, C++, Objective-C, preprocessed forms
@@ -96,6 +99,9 @@ _NVCC_SEPARATE = _GCC_SEPARATE | frozenset(
     }
 )  # fmt: skip
 
+_NVCC_L_FLAGS = frozenset({"-lineinfo", "-lto"})
+"""nvcc options spelled like a joined ``-l`` library."""
+
 # nvcc stages. nvcc has no joined "-o<file>" ("-odir" and "-optf" are options of their own).
 _NVCC_PREPROCESS = frozenset(
     {"-E", "--preprocess", "-M", "--generate-dependencies", "-MM",
@@ -141,6 +147,8 @@ class CompilerArgs:
         "depfile",
         "depfile_requested",
         "has_dependency_flag",
+        "libraries",
+        "library_dirs",
         "nvcc",
         "operands",
         "output",
@@ -172,11 +180,19 @@ class CompilerArgs:
         """``-MT``/``-MQ`` values."""
         self.has_dependency_flag = False
         """Any ``-M*`` or nvcc dependency option at all."""
+        self.library_dirs: list[str] = []
+        """``-L`` values as written."""
+        self.libraries: list[str] = []
+        """``-l`` values as written (``m`` for ``-lm``, ``:libx.so`` for ``-l:libx.so``)."""
 
     @property
     def is_tu(self) -> bool:
         """A compile of exactly one source file to an object."""
         return self.stage == "compile" and len(self.sources) == 1
+
+    def object_operands(self) -> list[str]:
+        """The operands that are object files (by extension), as written."""
+        return [op for op in self.operands if os.path.splitext(op)[1] in OBJECT_EXTENSIONS]
 
     def object_path(self) -> str | None:
         """Where the object of a one-source compile goes, as the compiler decides it."""
@@ -284,6 +300,12 @@ def parse_compiler_args(compiler: str, args: Sequence[str]) -> CompilerArgs:
             parsed.shared = True
         elif name == "-r":
             parsed.relocatable = True
+        elif name in ("-L", "--library-path") or (name[:2] == "-L" and value is None):
+            parsed.library_dirs.append(arg[2:] if value is None else value)
+        elif name in ("-l", "--library") or (
+            name[:2] == "-l" and value is None and not (nvcc and name in _NVCC_L_FLAGS)
+        ):
+            parsed.libraries.append(arg[2:] if value is None else value)
         elif name in _INFO_FLAGS or name.startswith(("-print-", "--print-")):
             info = True
         elif (name.startswith("-M") and name != "-MJ") or (nvcc and name in _NVCC_DEPFILE_FLAGS):

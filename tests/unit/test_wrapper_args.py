@@ -484,3 +484,19 @@ def test_latest_records_finds_each_output_in_one_pass(tmp_path: Path) -> None:
         odd: "stub",  # a torn last line leaves the one before it
     }
     assert wrapper.latest_records(str(tmp_path / "missing.jsonl"), [odd]) == {}
+
+
+@pytest.mark.parametrize(
+    ("argv", "dirs", "libraries", "objects"),
+    [
+        (["g++", "-shared", "a.o", "b.obj", "c.lo", "libd.a", "-Lbuild", "-L", "lib", "-lapi", "-l", "m",
+          "-l:libx.so.1", "-o", "x.so"], ["build", "lib"], ["api", "m", ":libx.so.1"], ["a.o", "b.obj", "c.lo"]),
+        # nvcc: -ldir takes a value and -lineinfo is a flag, neither a library
+        (["nvcc", "-ldir", "/opt/libdevice", "-lineinfo", "--library-path=/opt/lib", "--library=cublas",
+          "-lcudart", "k.o", "-o", "k"], ["/opt/lib"], ["cublas", "cudart"], ["k.o"]),
+    ],
+)  # fmt: skip
+def test_link_libraries_and_objects(argv: list[str], dirs: list[str], libraries: list[str],
+                                    objects: list[str]) -> None:
+    parsed = parse_compiler_args(argv[0], argv[1:])
+    assert (parsed.library_dirs, parsed.libraries, parsed.object_operands()) == (dirs, libraries, objects)

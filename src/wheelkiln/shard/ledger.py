@@ -94,12 +94,7 @@ def _operands(record: WrapperRecord) -> tuple[str, list[str]]:
         return "", []
     parsed = parse_compiler_args(argv[0], argv[1:])
     cwd = record.get("cwd") or "/"
-    objects = [
-        _path(cwd, operand)
-        for operand in parsed.operands
-        if PurePath(operand).suffix in (".o", ".obj", ".lo")
-    ]
-    return parsed.stage, objects
+    return parsed.stage, [_path(cwd, operand) for operand in parsed.object_operands()]
 
 
 @dataclass

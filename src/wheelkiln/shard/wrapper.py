@@ -60,7 +60,7 @@ Only ``os``, ``sys`` and ``time`` load on the compile path; ``json`` (which impo
 """
 
 # Per-TU hot path: pathlib costs ~8 ms to import (fnmatch, re, urllib), so os.path strings.
-# ruff: noqa: PTH100, PTH103, PTH109, PTH118, PTH119, PTH120, PTH122
+# ruff: noqa: PTH100, PTH103, PTH109, PTH118, PTH119, PTH120
 from __future__ import annotations
 
 import os
@@ -83,7 +83,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import NoReturn
 
-_OBJECT_EXTENSIONS = frozenset({".o", ".obj", ".lo"})
 _NOT_A_FILE = frozenset({"-", "/dev/null", "NUL", "nul"})
 _TEMP_ROOTS_DEFAULT = ("/tmp", "/var/tmp")
 _SYMBOLS_LOGGED = 8
@@ -546,58 +545,39 @@ def _is_shared_library(name: str) -> bool:
     return base.endswith(".so") or ".so." in base
 
 
-def library_inputs(args: Sequence[str], operands: Sequence[str], cwd: str) -> list[str]:
+def library_inputs(parsed: compiler_args.CompilerArgs, cwd: str) -> list[str]:
     """Absolute paths of the shared libraries a link names: its ``.so`` operands, and
-    each ``-lNAME`` (``-l:FILE``) in each of its ``-L`` directories. *args* has its
-    response files expanded. Only in-tree libraries matter (a shard defers no other),
-    so nothing is looked up in the system's directories."""
+    each ``-lNAME`` (``-l:FILE``) in each of its ``-L`` directories. Only in-tree
+    libraries matter (a shard defers no other), so nothing is looked up in the system's
+    directories."""
     found = [
         os.path.normpath(os.path.join(cwd, operand))
-        for operand in operands
+        for operand in parsed.operands
         if _is_shared_library(operand)
     ]
-    directories: list[str] = []
-    names: list[str] = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        index += 1
-        if arg in ("-L", "-l") and index < len(args):
-            (directories if arg == "-L" else names).append(args[index])
-            index += 1
-        elif arg.startswith("-L") and len(arg) > 2:
-            directories.append(arg[2:])
-        elif arg.startswith("-l") and len(arg) > 2:
-            names.append(arg[2:])
-    for name in names:
+    for name in parsed.libraries:
         file_name = name[1:] if name.startswith(":") else f"lib{name}.so"
         found.extend(
-            os.path.normpath(os.path.join(cwd, directory, file_name)) for directory in directories
+            os.path.normpath(os.path.join(cwd, directory, file_name))
+            for directory in parsed.library_dirs
         )
     return found
 
 
 def incomplete_inputs(
-    parsed: compiler_args.CompilerArgs, args: Sequence[str], cwd: str, config: SeatConfig
+    parsed: compiler_args.CompilerArgs, cwd: str, config: SeatConfig
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """(stub records, deferred-link records): the objects this link consumes that this
     shard stubbed, and the shared libraries it consumes that this shard deferred (by
     path, or through a symlink such as ``libfoo.so`` -> ``libfoo.so.1``)."""
-    objects = [
-        os.path.normpath(os.path.join(cwd, operand))
-        for operand in parsed.operands
-        if os.path.splitext(operand)[1] in _OBJECT_EXTENSIONS
-    ]
-    libraries = library_inputs(compiler_args.expand_response_files(args, cwd), parsed.operands, cwd)
-    forms = {library: (library, os.path.realpath(library)) for library in libraries}
-    latest = latest_records(
-        config.log_path, [*objects, *(form for pair in forms.values() for form in pair)]
-    )
+    objects = [os.path.normpath(os.path.join(cwd, operand)) for operand in parsed.object_operands()]
+    forms = [(library, os.path.realpath(library)) for library in library_inputs(parsed, cwd)]
+    latest = latest_records(config.log_path, [*objects, *(form for pair in forms for form in pair)])
     stubbed = [
         latest[path] for path in objects if latest.get(path, {}).get("action") == "stub"
     ]
     deferred: dict[object, dict[str, object]] = {}  # by output: one library, two names
-    for pair in forms.values():
+    for pair in forms:
         for form in pair:
             record = latest.get(form)
             if record is not None and record.get("action") == "link-deferred":
@@ -646,7 +626,7 @@ def make_deferred(record: Mapping[str, object], config: SeatConfig, made: set[st
     argv = [str(item) for item in raw_argv]
     args = compiler_args.expand_response_files(argv[1:], cwd)
     parsed = compiler_args.parse_compiler_args(argv[0], args)
-    stubbed, deferred = incomplete_inputs(parsed, args, cwd, config)
+    stubbed, deferred = incomplete_inputs(parsed, cwd, config)
     for stub in stubbed:
         rebuild_stub(stub, config)
     for library in deferred:
@@ -666,11 +646,7 @@ def link_placeholder(
     """Link the placeholder object in place of every object of this shared-library link,
     keeping every other argument; True when that made the output."""
     assert config.placeholder_object is not None
-    objects = {
-        operand
-        for operand in parsed.operands
-        if os.path.splitext(operand)[1] in _OBJECT_EXTENSIONS
-    }
+    objects = set(parsed.object_operands())
     kept = [arg for arg in compiler_args.expand_response_files(args) if arg not in objects]
     exit_code, _ = spawn_capturing_stderr([compiler, *kept, config.placeholder_object])
     return exit_code == 0
@@ -696,7 +672,7 @@ def run_link(
     argv = [compiler, *args]
     executable = parsed.stage == "link" and not parsed.shared and not parsed.relocatable
     if config.seat_active and (executable or _deferrable(decision, config)):
-        stubbed, deferred = incomplete_inputs(parsed, args, cwd, config)
+        stubbed, deferred = incomplete_inputs(parsed, cwd, config)
         if not executable and (stubbed or deferred):
             if link_placeholder(compiler, args, parsed, config):
                 seconds = time.perf_counter() - started
