@@ -490,6 +490,10 @@ def _partition_map(config: SeatConfig) -> partition.PartitionMapFile | None:
     return partition.PartitionMapFile(config.partition_map_path)
 
 
+_OUTPUT_KEY = '"output": '
+_ARGV_KEY = ', "argv": '
+
+
 def _output_field(line: str) -> str | None:
     """A record line's ``output`` value as written (JSON-encoded), or None. The wrapper
     writes every record's keys in one order (:func:`_record`), and an encoded string holds
@@ -500,10 +504,6 @@ def _output_field(line: str) -> str | None:
     start += len(_OUTPUT_KEY)
     end = line.find(_ARGV_KEY, start)
     return line[start:end] if end > 0 else None
-
-
-_OUTPUT_KEY = '"output": '
-_ARGV_KEY = ', "argv": '
 
 
 def latest_records(log_path: str | None, paths: Sequence[str]) -> dict[str, dict[str, object]]:
@@ -573,9 +573,7 @@ def incomplete_inputs(
     objects = [os.path.normpath(os.path.join(cwd, operand)) for operand in parsed.object_operands()]
     forms = [(library, os.path.realpath(library)) for library in library_inputs(parsed, cwd)]
     latest = latest_records(config.log_path, [*objects, *(form for pair in forms for form in pair)])
-    stubbed = [
-        latest[path] for path in objects if latest.get(path, {}).get("action") == "stub"
-    ]
+    stubbed = [latest[path] for path in objects if latest.get(path, {}).get("action") == "stub"]
     deferred: dict[object, dict[str, object]] = {}  # by output: one library, two names
     for pair in forms:
         for form in pair:
