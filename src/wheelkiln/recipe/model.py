@@ -197,9 +197,9 @@ ImportName = Annotated[
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, use_attribute_docstrings=True, strict=True
-    )
+    # No use_attribute_docstrings: it reads each class's source at every kiln start;
+    # the schema gives the fields their docstrings (recipe.load._document_models).
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 def _array(default: tuple[Any, ...] = ()) -> Any:
@@ -374,7 +374,6 @@ class Verify(_Model):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
-        use_attribute_docstrings=True,
         populate_by_name=True,
         strict=True,
     )
