@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from tests.wheels import pure_wheel
+from wheelkiln.builder import env_store
 from wheelkiln.builder.environment import (
     BYTECODE_MARKER,
     BuildEnvironment,
@@ -98,6 +100,45 @@ def test_two_spellings_of_one_resolution_share_one_environment(tmp_path: Path) -
     ).stdout.split()  # fmt: skip
     assert Path(cached).is_file()
     assert filename == str(site / "pip" / "_internal" / "cli" / "main.py")
+
+
+MAKE_ONE = """
+import sys
+from pathlib import Path
+from wheelkiln.builder.environment import ensure_environment, finish_bytecode
+made = ensure_environment(Path(sys.argv[1]), sys.argv[2], [], Path(sys.argv[3]))
+finish_bytecode()
+print(made.path)
+"""
+
+
+@pytest.mark.skipif(find_uv() is None, reason="uv is not installed")
+def test_a_pruned_environment_is_made_again_from_its_kept_lock(tmp_path: Path) -> None:
+    envs = tmp_path / "envs"
+    tree = tree_requiring(tmp_path / "a", "setuptools>=61")
+    # Made by a build that has ended: nothing holds it.
+    made = subprocess.run(
+        [sys.executable, "-c", MAKE_ONE, str(tree), PYTHON, str(envs)],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")},
+    ).stdout.strip()  # fmt: skip
+    path = Path(made)
+    lock = (path / "kiln-lock.txt").read_text()
+    memos = {memo: memo.read_text() for memo in (envs / "resolved").glob("*.json")}
+    listed = env_store.stored(envs, "build")
+    assert [e.path for e in listed] == [path] and not listed[0].in_use
+    assert [p.outcome for p in env_store.prune(listed, 0)] == ["removed"]
+    assert not path.exists()
+
+    again = ensure_environment(tree, PYTHON, [], envs)
+    assert again.path == path and again.frozen() == lock
+    assert installed(again) == lock
+    # The request's resolution was read, not made again.
+    assert {memo: memo.read_text() for memo in (envs / "resolved").glob("*.json")} == memos
+    # This process uses it now: a prune keeps it.
+    listed = env_store.stored(envs, "build")
+    assert [p.outcome for p in env_store.prune(listed, 0)] == ["in use"]
+    assert path.is_dir()
 
 
 @pytest.mark.slow  # pip resolves through this machine's pip.conf indexes: about a minute

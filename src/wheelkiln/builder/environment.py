@@ -76,6 +76,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from wheelkiln import run
+from wheelkiln.builder import env_store
 from wheelkiln.builder.pip_config import (
     fingerprint as index_fingerprint,
 )
@@ -595,6 +596,7 @@ def _make_environment(
     """The environment of *lock*, made once under its key's lock."""
     key = lock_key(identity, lock)
     final = envs_root / key
+    env_store.hold(envs_root, key)
     with (envs_root / f"{key}.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if _is_complete(final):
@@ -618,6 +620,7 @@ def _adopt(
     """Move a staged relocatable environment to its key, unless that one is made."""
     key = lock_key(identity, lock)
     final = envs_root / key
+    env_store.hold(envs_root, key)
     with (envs_root / f"{key}.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if _is_complete(final):
@@ -870,7 +873,10 @@ def existing_environment(
     identity = interpreter_identity(interpreter)
     request = _request_key(identity, requested, tree, config_settings or {}, choose_installer())
     resolution = _read_resolution(envs_root / "resolved" / f"{request}.json")
-    if resolution is None or not _is_complete(envs_root / resolution.key):
+    if resolution is None:
+        return None
+    env_store.hold(envs_root, resolution.key)
+    if not _is_complete(envs_root / resolution.key):
         return None
     return BuildEnvironment(envs_root / resolution.key, requested)
 

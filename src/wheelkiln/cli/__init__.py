@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("wheelkiln.cli.plan", "plan_command"),
     "timeline": ("wheelkiln.cli.plan", "timeline_command"),
     "fleet": ("wheelkiln.cli.fleet", "fleet_group"),
+    "envs": ("wheelkiln.cli.envs", "envs_group"),
 }
 """Each command's name: its module and object in it."""
 

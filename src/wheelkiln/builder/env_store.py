@@ -1,0 +1,218 @@
+"""Kept environments: which are in use, and removing those no build has used for a while.
+
+Build environments (``$KILN_HOME/envs/<key>``) and smoke-test environments
+(``$KILN_HOME/smoke-envs/<key>``) are made once and reused for as long as their key is
+asked for. A build environment's key is its lock, so every new release of a build
+requirement makes a new one beside the old, which stays: a CUDA torch build environment
+is about 5.4 GB. ``kiln envs prune`` removes the ones unused for a given time.
+
+**In use.** A kiln process that uses an environment holds a shared ``flock`` on
+``<key>.inuse`` beside it until the process ends (:func:`hold`), taken before it looks
+at the environment, and sets that file's modification time on every use: the
+environment's last use. :func:`prune` removes an environment only while it holds that
+lock and the environment's make lock (``<key>.lock``) exclusively, and only if the last
+use is still old once it holds them. So an environment a running kiln process has used
+is never removed under it, and a build that starts meanwhile waits, then makes the
+environment again from its kept lock (the request's resolution in ``envs/resolved``
+stays; nothing is resolved again).
+
+The directory is renamed out of the way (``.pruned-<key>-<pid>``) before it is deleted,
+so no process sees a half-deleted environment at its key. Lock files stay: deleting one
+while another process opens it would let two processes lock two different files of one
+name.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Literal
+
+KEY = re.compile(r"[0-9a-f]{16}")
+"""An environment's directory name: a digest (``lock_key``, ``environment_key``)."""
+RECORDS = {"build": "kiln-env.json", "smoke": "kiln-smoke-env.json"}
+"""The record each kind of environment writes last, when it is complete."""
+Kind = Literal["build", "smoke"]
+
+_held: dict[Path, IO[str]] = {}
+_held_guard = threading.Lock()
+
+
+def hold(root: Path, key: str) -> None:
+    """Mark environment *key* under *root* used now, and in use until this process ends
+    (see the module's doc). Blocks while a prune removes it."""
+    path = root / f"{key}.inuse"
+    with _held_guard:
+        handle = _held.get(path)
+        if handle is None:
+            root.mkdir(parents=True, exist_ok=True)
+            handle = path.open("a")
+            fcntl.flock(handle, fcntl.LOCK_SH)
+            _held[path] = handle
+        os.utime(handle.fileno())
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One kept environment."""
+
+    kind: Kind
+    key: str
+    path: Path
+    size: int
+    """Bytes in its files (symbolic links not followed)."""
+    last_used: float
+    """Seconds since the epoch: the last use a kiln process marked, else when it was
+    made (environments made before uses were marked)."""
+    in_use: bool
+    requires: tuple[str, ...]
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "key": self.key,
+            "path": str(self.path),
+            "bytes": self.size,
+            "last_used": self.last_used,
+            "in_use": self.in_use,
+            "requires": list(self.requires),
+        }
+
+
+def _size(path: Path) -> int:
+    total = 0
+    stack = [path]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+    return total
+
+
+def _last_used(root: Path, key: str, record: Path) -> float:
+    for marked in (root / f"{key}.inuse", record):
+        try:
+            return marked.stat().st_mtime
+        except OSError:
+            continue
+    return 0.0
+
+
+def _busy(root: Path, key: str) -> bool:
+    """True when a process holds environment *key* (this one included). Creates nothing:
+    a holder makes the file."""
+    try:
+        probe = (root / f"{key}.inuse").open()
+    except FileNotFoundError:
+        return False
+    with probe:
+        try:
+            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+
+def stored(root: Path, kind: Kind) -> list[Stored]:
+    """The complete environments of *kind* under *root*, by key."""
+    found: list[Stored] = []
+    if not root.is_dir():
+        return found
+    for path in sorted(root.iterdir()):
+        record = path / RECORDS[kind]
+        if not KEY.fullmatch(path.name) or path.is_symlink() or not record.is_file():
+            continue
+        try:
+            requires = tuple(str(r) for r in json.loads(record.read_text()).get("requires", []))
+        except (OSError, ValueError, AttributeError):
+            requires = ()
+        found.append(
+            Stored(
+                kind=kind,
+                key=path.name,
+                path=path,
+                size=_size(path),
+                last_used=_last_used(root, path.name, record),
+                in_use=_busy(root, path.name),
+                requires=requires,
+            )
+        )
+    return found
+
+
+Outcome = Literal["removed", "would remove", "recent", "in use", "being made", "gone"]
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What :func:`prune` did with one environment."""
+
+    environment: Stored
+    outcome: Outcome
+
+    def as_json(self) -> dict[str, object]:
+        return {**self.environment.as_json(), "outcome": self.outcome}
+
+
+def prune(
+    environments: list[Stored], unused_for: float, *, dry_run: bool = False
+) -> Iterator[Pruned]:
+    """Remove each of *environments* whose last use is more than *unused_for* seconds
+    ago and that no process holds; yield what became of each, as it happens."""
+    now = time.time()
+    for environment in environments:
+        root, key = environment.path.parent, environment.key
+        if now - environment.last_used <= unused_for:
+            yield Pruned(environment, "recent")
+            continue
+        with ExitStack() as locks:
+            inuse = root / f"{key}.inuse"
+            made = not inuse.exists()
+            use = locks.enter_context(inuse.open("a"))
+            if made:  # an environment from before uses were marked: keep its age
+                os.utime(use.fileno(), (environment.last_used, environment.last_used))
+            make = locks.enter_context((root / f"{key}.lock").open("a"))
+            try:
+                fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield Pruned(environment, "in use")
+                continue
+            try:
+                fcntl.flock(make, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield Pruned(environment, "being made")
+                continue
+            # A process may have used it, and ended, since it was listed.
+            record = environment.path / RECORDS[environment.kind]
+            if now - _last_used(root, key, record) <= unused_for:
+                yield Pruned(environment, "recent")
+                continue
+            if dry_run:
+                yield Pruned(environment, "would remove")
+                continue
+            aside = root / f".pruned-{key}-{os.getpid()}"
+            try:
+                environment.path.rename(aside)
+            except FileNotFoundError:
+                yield Pruned(environment, "gone")  # another prune removed it
+                continue
+            shutil.rmtree(aside, ignore_errors=True)
+            yield Pruned(environment, "removed")

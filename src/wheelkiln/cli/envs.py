@@ -1,0 +1,143 @@
+"""``kiln envs list`` and ``kiln envs prune``: the kept build and smoke-test environments."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from wheelkiln import ui
+from wheelkiln.builder import env_store
+from wheelkiln.cli.options import CONTEXT, emit_json, json_option
+from wheelkiln.paths import envs_dir, smoke_envs_dir
+
+_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms]?)")
+_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "": 86400.0}
+
+
+def _age(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """Seconds from ``30d``, ``12h``, ``90m``, ``45s`` or a plain number of days."""
+    found = _AGE.fullmatch(value.strip())
+    seconds = float(found[1]) * _UNIT_SECONDS[found[2]] if found else math.nan
+    if not math.isfinite(seconds):
+        raise click.BadParameter(
+            f"{value!r} is not an age: write it as 30d, 12h, 90m, 45s or a number of days",
+            ctx=ctx, param=param,
+        )  # fmt: skip
+    return seconds
+
+
+def _stored() -> list[env_store.Stored]:
+    return [*env_store.stored(envs_dir(), "build"), *env_store.stored(smoke_envs_dir(), "smoke")]
+
+
+def _size(value: int) -> str:
+    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
+
+
+def _ago(seconds_since_epoch: float, now: float) -> str:
+    seconds = max(0.0, now - seconds_since_epoch)
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} d ago"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 60:.0f} min ago"
+
+
+def _requires(environment: env_store.Stored) -> str:
+    shown = ", ".join(environment.requires[:4])
+    more = len(environment.requires) - 4
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
+@click.group(context_settings=CONTEXT)
+def envs_group() -> None:
+    """List the kept build and smoke-test environments, and remove the unused ones.
+
+    kiln keeps one build environment per resolved lock under $KILN_HOME/envs and one
+    smoke-test environment per interpreter and requirement set under
+    $KILN_HOME/smoke-envs, and reuses them; a new release of any build requirement makes
+    a new one beside the old. An environment a running kiln process has used is never
+    removed.
+    """
+
+
+@envs_group.command("list", context_settings=CONTEXT)
+@json_option("the environments")
+def envs_list(as_json: bool) -> None:
+    """Each kept environment: its size, its last use by a kiln process, whether one
+    holds it now, and what it was asked to hold."""
+    environments = _stored()
+    if as_json:
+        emit_json([environment.as_json() for environment in environments])
+        return
+    now = time.time()
+    table = Table(title="kept environments", title_justify="left")
+    for column in ("kind", "key", "size", "last used", "in use", "requires"):
+        table.add_column(column, overflow="fold")
+    for environment in environments:
+        table.add_row(
+            environment.kind, environment.key, _size(environment.size),
+            _ago(environment.last_used, now), "yes" if environment.in_use else "no",
+            escape(_requires(environment)),
+        )  # fmt: skip
+    if environments:
+        ui.console.print(table)
+    busy = sum(environment.in_use for environment in environments)
+    ui.info(
+        f"{len(environments)} environments, {_size(sum(e.size for e in environments))}, "
+        f"under {escape(str(envs_dir()))} and {escape(str(smoke_envs_dir()))}; {busy} in use. "
+        "`kiln envs prune --unused-for 30d` removes those unused for 30 days."
+    )
+
+
+@envs_group.command("prune", context_settings=CONTEXT)
+@click.option("--unused-for", "unused_for", required=True, callback=_age, metavar="AGE",
+              help="Remove the environments no kiln process has used for AGE: 30d, 12h, "
+                   "90m, 45s, or a number of days.")  # fmt: skip
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@json_option("what became of each environment")
+def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
+    """Remove the kept environments unused for AGE that no kiln process holds.
+
+    A build that asks for a removed build environment again makes it from the lock it
+    was resolved to before (nothing is resolved again); one that starts while its
+    environment is being removed waits for that, then makes it.
+    """
+    now = time.time()
+    results: list[env_store.Pruned] = []
+    for environments in (env_store.stored(envs_dir(), "build"),
+                         env_store.stored(smoke_envs_dir(), "smoke")):  # fmt: skip
+        for result in env_store.prune(environments, unused_for, dry_run=dry_run):
+            results.append(result)
+            environment = result.environment
+            if result.outcome in ("removed", "would remove") and not as_json:
+                ui.info(
+                    f"{result.outcome} {environment.kind} environment {environment.key} "
+                    f"({_size(environment.size)}, last used {_ago(environment.last_used, now)})"
+                )
+    gone = [r for r in results if r.outcome in ("removed", "would remove")]
+    freed = sum(r.environment.size for r in gone)
+    if as_json:
+        emit_json(
+            {
+                "dry_run": dry_run,
+                "unused_for_seconds": unused_for,
+                "freed_bytes": 0 if dry_run else freed,
+                "environments": [result.as_json() for result in results],
+            }
+        )
+    kept = {
+        outcome: sum(r.outcome == outcome for r in results)
+        for outcome in ("recent", "in use", "being made")
+    }
+    verb = "would remove" if dry_run else "removed"
+    ui.info(
+        f"{verb} {len(gone)} of {len(results)} environments ({_size(freed)}); kept "
+        f"{kept['recent']} used recently, {kept['in use']} in use by a running kiln process, "
+        f"{kept['being made']} being made."
+    )

@@ -1,0 +1,201 @@
+"""Kept environments: listing them, and pruning only those unused and held by no process.
+
+The environments here are directories laid out as kiln leaves them (a record written
+last, lock files beside); the process that holds one is a real second process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from wheelkiln import cli
+from wheelkiln.builder import env_store
+
+DAY = 86400.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_env(root: Path, key: str, *, age_days: float, payload: int = 1000,
+             marked: bool = True) -> Path:  # fmt: skip
+    """A complete build environment *key* last used *age_days* ago (by its ``.inuse``
+    file, or only by its record when not *marked*, as before uses were marked)."""
+    path = root / key
+    (path / "lib").mkdir(parents=True)
+    (path / "lib" / "blob").write_bytes(b"x" * payload)
+    record = path / "kiln-env.json"
+    record.write_text(json.dumps({"requires": ["setuptools", "pybind11"]}))
+    (root / f"{key}.lock").touch()
+    when = time.time() - age_days * DAY
+    if marked:
+        (root / f"{key}.inuse").touch()
+        os.utime(root / f"{key}.inuse", (when, when))
+    os.utime(record, (when, when))
+    return path
+
+
+def test_listing_names_complete_environments_with_their_size_and_last_use(tmp_path: Path) -> None:
+    root = tmp_path / "envs"
+    make_env(root, "a" * 16, age_days=40, payload=5000)
+    make_env(root, "b" * 16, age_days=2, marked=False)
+    (root / "not-a-key").mkdir()
+    (root / "not-a-key" / "kiln-env.json").write_text("{}")
+    (root / ("d" * 16)).mkdir()  # no record: a failed attempt, not an environment
+    (root / "resolved").mkdir()
+    (root / ("e" * 16)).symlink_to(root / ("a" * 16))
+    found = env_store.stored(root, "build")
+    assert [e.key for e in found] == ["a" * 16, "b" * 16]
+    old, recent = found
+    assert old.size == 5000 + len(json.dumps({"requires": ["setuptools", "pybind11"]}))
+    assert time.time() - old.last_used == pytest.approx(40 * DAY, abs=60)
+    # Without a mark, the record's time; listing creates no mark.
+    assert time.time() - recent.last_used == pytest.approx(2 * DAY, abs=60)
+    assert not (root / f"{'b' * 16}.inuse").exists()
+    assert old.requires == ("setuptools", "pybind11")
+    assert not old.in_use and not recent.in_use
+
+
+def test_prune_removes_what_is_unused_for_longer_and_keeps_the_lock_files(tmp_path: Path) -> None:
+    root = tmp_path / "envs"
+    old = make_env(root, "a" * 16, age_days=40)
+    legacy = make_env(root, "b" * 16, age_days=31, marked=False)
+    recent = make_env(root, "c" * 16, age_days=3)
+    listed = env_store.stored(root, "build")
+
+    dry = {p.environment.key: p.outcome for p in env_store.prune(listed, 30 * DAY, dry_run=True)}
+    assert dry == {"a" * 16: "would remove", "b" * 16: "would remove", "c" * 16: "recent"}
+    assert old.is_dir() and legacy.is_dir()
+    # The dry run's lock made a mark for the legacy environment; it kept its age.
+    listed = env_store.stored(root, "build")
+    assert time.time() - listed[1].last_used == pytest.approx(31 * DAY, abs=60)
+
+    done = {p.environment.key: p.outcome for p in env_store.prune(listed, 30 * DAY)}
+    assert done == {"a" * 16: "removed", "b" * 16: "removed", "c" * 16: "recent"}
+    assert not old.exists() and not legacy.exists() and recent.is_dir()
+    assert sorted(p.name for p in root.iterdir()) == sorted(
+        [f"{k * 16}.{suffix}" for k in "abc" for suffix in ("lock", "inuse")] + ["c" * 16]
+    )
+
+
+HOLDER = """
+import sys
+from pathlib import Path
+from wheelkiln.builder import env_store
+env_store.hold(Path(sys.argv[1]), sys.argv[2])
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_an_environment_a_running_process_holds_is_never_removed(tmp_path: Path) -> None:
+    root = tmp_path / "envs"
+    path = make_env(root, "a" * 16, age_days=40)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(root), "a" * 16],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        # Holding marks it used now; make it look old again, as a process running for
+        # longer than the age would.
+        when = time.time() - 40 * DAY
+        os.utime(root / f"{'a' * 16}.inuse", (when, when))
+        listed = env_store.stored(root, "build")
+        assert listed[0].in_use
+        assert [p.outcome for p in env_store.prune(listed, 30 * DAY)] == ["in use"]
+        assert path.is_dir()
+    finally:
+        holder.communicate("")
+    assert holder.returncode == 0
+    listed = env_store.stored(root, "build")
+    assert not listed[0].in_use
+    assert [p.outcome for p in env_store.prune(listed, 30 * DAY)] == ["removed"]
+    assert not path.exists()
+
+
+def test_a_use_after_listing_keeps_the_environment(tmp_path: Path) -> None:
+    root = tmp_path / "envs"
+    path = make_env(root, "a" * 16, age_days=40)
+    listed = env_store.stored(root, "build")
+    # A build used it and ended between the listing and the prune.
+    os.utime(root / f"{'a' * 16}.inuse")
+    assert [p.outcome for p in env_store.prune(listed, 30 * DAY)] == ["recent"]
+    assert path.is_dir()
+
+
+def test_this_process_holding_it_counts_as_in_use(tmp_path: Path) -> None:
+    root = tmp_path / "envs"
+    path = make_env(root, "a" * 16, age_days=40)
+    env_store.hold(root, "a" * 16)
+    assert time.time() - (root / f"{'a' * 16}.inuse").stat().st_mtime < 60
+    listed = env_store.stored(root, "build")
+    assert listed[0].in_use
+    assert [p.outcome for p in env_store.prune(listed, 0)] == ["in use"]
+    assert path.is_dir()
+
+
+def _kiln(argv: list[str], home: Path, capsys: pytest.CaptureFixture[str],
+          monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:  # fmt: skip
+    monkeypatch.setenv("KILN_HOME", str(home))
+    monkeypatch.setattr(sys, "argv", ["kiln", *argv])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_kiln_envs_prune_and_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "home"
+    make_env(home / "envs", "a" * 16, age_days=40, payload=3 * 2**20)
+    make_env(home / "envs", "b" * 16, age_days=1)
+    smoke = make_env(home / "smoke-envs", "c" * 16, age_days=50)
+    (smoke / "kiln-env.json").rename(smoke / "kiln-smoke-env.json")
+
+    code, out, _ = _kiln(["envs", "list", "--json"], home, capsys, monkeypatch)
+    assert code == 0
+    assert [(e["kind"], e["key"]) for e in json.loads(out)] == [
+        ("build", "a" * 16), ("build", "b" * 16), ("smoke", "c" * 16)
+    ]
+
+    code, out, err = _kiln(["envs", "prune", "--unused-for", "30d", "--dry-run"], home,
+                           capsys, monkeypatch)  # fmt: skip
+    assert code == 0 and out == ""
+    assert f"would remove build environment {'a' * 16} (3.0 MiB, last used 40.0 d ago)" in err
+    assert "would remove 2 of 3 environments" in err
+    assert (home / "envs" / ("a" * 16)).is_dir()
+
+    code, out, err = _kiln(["envs", "prune", "--unused-for", "720h", "--json"], home,
+                           capsys, monkeypatch)  # fmt: skip
+    assert code == 0
+    result = json.loads(out)
+    assert {e["key"]: e["outcome"] for e in result["environments"]} == {
+        "a" * 16: "removed", "b" * 16: "recent", "c" * 16: "removed"
+    }
+    assert result["freed_bytes"] > 3 * 2**20
+    assert "removed 2 of 3 environments" in err and "kept 1 used recently" in err
+    assert not (home / "envs" / ("a" * 16)).exists() and not smoke.exists()
+
+
+@pytest.mark.parametrize("age", ["soon", "-3d", "3w", ""])
+def test_a_bad_age_is_refused_by_name(
+    age: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    make_env(tmp_path / "home" / "envs", "a" * 16, age_days=400)
+    code, _, err = _kiln(["envs", "prune", "--unused-for", age], tmp_path / "home", capsys,
+                         monkeypatch)  # fmt: skip
+    assert code == 2
+    assert "--unused-for" in err and "write it as 30d, 12h, 90m, 45s or a number of days" in err
+    assert (tmp_path / "home" / "envs" / ("a" * 16)).is_dir()
