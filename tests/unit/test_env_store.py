@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -135,6 +136,20 @@ def test_this_process_holding_it_counts_as_in_use(tmp_path: Path) -> None:
     path = make_env(root, "a" * 16, age_days=40)
     env_store.hold(root, "a" * 16)
     assert time.time() - (root / f"{'a' * 16}.inuse").stat().st_mtime < 60
+    listed = env_store.stored(root, "build")
+    assert listed[0].in_use
+    assert [p.outcome for p in env_store.prune(listed, 0)] == ["in use"]
+    assert path.is_dir()
+
+
+def test_a_hold_outlives_its_directory_being_emptied(tmp_path: Path) -> None:
+    root = tmp_path / "envs"
+    make_env(root, "a" * 16, age_days=40)
+    env_store.hold(root, "a" * 16)
+    shutil.rmtree(root)
+    # The environment is made again where it was: this process holds the new one.
+    path = make_env(root, "a" * 16, age_days=40, marked=False)
+    env_store.hold(root, "a" * 16)
     listed = env_store.stored(root, "build")
     assert listed[0].in_use
     assert [p.outcome for p in env_store.prune(listed, 0)] == ["in use"]

@@ -53,12 +53,22 @@ def hold(root: Path, key: str) -> None:
     path = root / f"{key}.inuse"
     with _held_guard:
         handle = _held.get(path)
+        if handle is not None and not _same_file(handle, path):
+            handle.close()  # the directory was emptied (the bench's frozen scenario)
+            handle = None
         if handle is None:
             root.mkdir(parents=True, exist_ok=True)
             handle = path.open("a")
             fcntl.flock(handle, fcntl.LOCK_SH)
             _held[path] = handle
         os.utime(handle.fileno())
+
+
+def _same_file(handle: IO[str], path: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), path.stat())
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -209,6 +219,7 @@ def prune(
                 yield Pruned(environment, "would remove")
                 continue
             aside = root / f".pruned-{key}-{os.getpid()}"
+            shutil.rmtree(aside, ignore_errors=True)  # left by a prune that was killed
             try:
                 environment.path.rename(aside)
             except FileNotFoundError:
