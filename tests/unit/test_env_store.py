@@ -156,6 +156,11 @@ def test_a_hold_outlives_its_directory_being_emptied(tmp_path: Path) -> None:
     assert path.is_dir()
 
 
+def test_holding_where_nothing_can_be_written_goes_on_without_a_mark() -> None:
+    # Under /proc nothing can be made, not even by root: environments shared read-only.
+    env_store.hold(Path("/proc/kiln-no-such-dir/envs"), "a" * 16)
+
+
 def _kiln(argv: list[str], home: Path, capsys: pytest.CaptureFixture[str],
           monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:  # fmt: skip
     monkeypatch.setenv("KILN_HOME", str(home))

@@ -56,12 +56,17 @@ def hold(root: Path, key: str) -> None:
         if handle is not None and not _same_file(handle, path):
             handle.close()  # the directory was emptied (the bench's frozen scenario)
             handle = None
-        if handle is None:
-            root.mkdir(parents=True, exist_ok=True)
-            handle = path.open("a")
-            fcntl.flock(handle, fcntl.LOCK_SH)
-            _held[path] = handle
-        os.utime(handle.fileno())
+        try:
+            if handle is None:
+                root.mkdir(parents=True, exist_ok=True)
+                handle = path.open("a")
+                fcntl.flock(handle, fcntl.LOCK_SH)
+                _held[path] = handle
+            os.utime(handle.fileno())
+        except OSError:
+            # A directory this process cannot write (environments shared read-only):
+            # nothing here can remove them either.
+            return
 
 
 def _same_file(handle: IO[str], path: Path) -> bool:
