@@ -156,6 +156,50 @@ def test_a_hold_outlives_its_directory_being_emptied(tmp_path: Path) -> None:
     assert path.is_dir()
 
 
+def test_leftovers_of_killed_runs_are_cleared_unless_their_maker_is_at_work(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "envs"
+    keep = make_env(root, "a" * 16, age_days=1)
+    staging = root / ".staging-0123456789abcdef"
+    (staging / "lib").mkdir(parents=True)
+    (staging / "lib" / "torch.so").write_bytes(b"x" * 4096)
+    (root / "resolved").mkdir()
+    unfinished = root / ("b" * 16)
+    (unfinished / "bin").mkdir(parents=True)
+    dead = root / f".pruned-{'c' * 16}-{2**22 + 12345}"  # above pid_max's default
+    dead.mkdir()
+    busy_staging = root / ".staging-fedcba9876543210"
+    busy_staging.mkdir()
+    held = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(root / "resolved" / "fedcba9876543210.lock")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert held.stdout is not None and held.stdout.readline() == "held\n"
+        named = list(env_store.leftovers(root, "build", dry_run=True))
+        assert [(x.path.name, x.what) for x in named] == [
+            (dead.name, "pruned"), (staging.name, "staging"), (unfinished.name, "unfinished")
+        ]
+        assert named[1].size == 4096 and staging.is_dir()
+        cleared = list(env_store.leftovers(root, "build"))
+        assert [x.path for x in cleared] == [x.path for x in named]
+        assert not staging.exists() and not dead.exists() and not unfinished.exists()
+        # The install still at work keeps its staging venv; complete environments stay.
+        assert busy_staging.is_dir() and keep.is_dir()
+    finally:
+        held.communicate("")
+
+
+LOCKER = """
+import fcntl, sys
+handle = open(sys.argv[1], "a")
+fcntl.flock(handle, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
 def test_holding_where_nothing_can_be_written_goes_on_without_a_mark() -> None:
     # Under /proc nothing can be made, not even by root: environments shared read-only.
     env_store.hold(Path("/proc/kiln-no-such-dir/envs"), "a" * 16)
@@ -196,6 +240,7 @@ def test_kiln_envs_prune_and_list(
     assert "would remove 2 of 3 environments" in err
     assert (home / "envs" / ("a" * 16)).is_dir()
 
+    (home / "envs" / ".staging-0123456789abcdef" / "bin").mkdir(parents=True)
     code, out, err = _kiln(["envs", "prune", "--unused-for", "720h", "--json"], home,
                            capsys, monkeypatch)  # fmt: skip
     assert code == 0
@@ -205,6 +250,11 @@ def test_kiln_envs_prune_and_list(
     }
     assert result["freed_bytes"] > 3 * 2**20
     assert "removed 2 of 3 environments" in err and "kept 1 used recently" in err
+    assert [x["path"] for x in result["leftovers"]] == [
+        str(home / "envs" / ".staging-0123456789abcdef")
+    ]
+    assert ("removed 1 directory that killed kiln runs left (0.0 MiB): "
+            ".staging-0123456789abcdef (staging)") in err  # fmt: skip
     assert not (home / "envs" / ("a" * 16)).exists() and not smoke.exists()
 
 

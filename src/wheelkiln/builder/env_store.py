@@ -232,3 +232,76 @@ def prune(
                 continue
             shutil.rmtree(aside, ignore_errors=True)
             yield Pruned(environment, "removed")
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """A directory a killed kiln process left beside the environments."""
+
+    path: Path
+    size: int
+    what: str
+
+    def as_json(self) -> dict[str, object]:
+        return {"path": str(self.path), "bytes": self.size, "what": self.what}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _free(lock: Path) -> IO[str] | None:
+    """*lock* held exclusively, or None when a process holds it."""
+    handle = lock.open("a")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def leftovers(root: Path, kind: Kind, *, dry_run: bool = False) -> Iterator[Leftover]:
+    """Remove (or, with *dry_run*, only name) what killed kiln processes left under
+    *root*, each only while holding the lock its maker held: a uv install's staging venv
+    (``.staging-<request>``, under ``resolved/<request>.lock``), an environment whose
+    make was killed before its record (``<key>`` without one, under ``<key>.lock`` and
+    ``<key>.inuse``), and a prune's aside directory whose process has ended. A CUDA torch
+    install killed halfway leaves gigabytes."""
+    if not root.is_dir():
+        return
+    for path in sorted(root.iterdir()):
+        if path.is_symlink() or not path.is_dir():
+            continue
+        name = path.name
+        locks: list[Path]
+        if name.startswith(".staging-") and kind == "build":
+            locks, what = [root / "resolved" / f"{name.removeprefix('.staging-')}.lock"], "staging"
+        elif KEY.fullmatch(name) and not (path / RECORDS[kind]).exists():
+            locks, what = [root / f"{name}.inuse", root / f"{name}.lock"], "unfinished"
+        elif (found := re.fullmatch(r"\.pruned-[0-9a-f]{16}-(\d+)", name)) and not _alive(
+            int(found[1])
+        ):
+            locks, what = [], "pruned"
+        else:
+            continue
+        with ExitStack() as held:
+            handles = [_free(lock) for lock in locks if lock.parent.is_dir()]
+            if any(handle is None for handle in handles):
+                continue  # its maker is still at work
+            for handle in handles:
+                assert handle is not None
+                held.enter_context(handle)
+            # The record may have been written since the listing: a finished environment.
+            if what == "unfinished" and (path / RECORDS[kind]).exists():
+                continue
+            size = _size(path)
+            if not dry_run:
+                shutil.rmtree(path, ignore_errors=True)
+            yield Leftover(path, size, what)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from pathlib import Path
 
 import click
 from rich.markup import escape
@@ -110,9 +111,11 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     """
     now = time.time()
     results: list[env_store.Pruned] = []
-    for environments in (env_store.stored(envs_dir(), "build"),
-                         env_store.stored(smoke_envs_dir(), "smoke")):  # fmt: skip
-        for result in env_store.prune(environments, unused_for, dry_run=dry_run):
+    roots: tuple[tuple[Path, env_store.Kind], ...] = (
+        (envs_dir(), "build"), (smoke_envs_dir(), "smoke")
+    )  # fmt: skip
+    for root, kind in roots:
+        for result in env_store.prune(env_store.stored(root, kind), unused_for, dry_run=dry_run):
             results.append(result)
             environment = result.environment
             if result.outcome in ("removed", "would remove") and not as_json:
@@ -120,8 +123,11 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
                     f"{result.outcome} {environment.kind} environment {environment.key} "
                     f"({_size(environment.size)}, last used {_ago(environment.last_used, now)})"
                 )
+    left: list[env_store.Leftover] = []
+    for root, kind in roots:
+        left.extend(env_store.leftovers(root, kind, dry_run=dry_run))
     gone = [r for r in results if r.outcome in ("removed", "would remove")]
-    freed = sum(r.environment.size for r in gone)
+    freed = sum(r.environment.size for r in gone) + sum(leftover.size for leftover in left)
     if as_json:
         emit_json(
             {
@@ -129,6 +135,7 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
                 "unused_for_seconds": unused_for,
                 "freed_bytes": 0 if dry_run else freed,
                 "environments": [result.as_json() for result in results],
+                "leftovers": [leftover.as_json() for leftover in left],
             }
         )
     kept = {
@@ -136,8 +143,15 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
         for outcome in ("recent", "in use", "being made")
     }
     verb = "would remove" if dry_run else "removed"
+    if left:
+        ui.info(
+            f"{verb} {len(left)} {'directory' if len(left) == 1 else 'directories'} "
+            "that killed kiln runs left "
+            f"({_size(sum(leftover.size for leftover in left))}): "
+            + ", ".join(escape(f"{leftover.path.name} ({leftover.what})") for leftover in left)
+        )
     ui.info(
-        f"{verb} {len(gone)} of {len(results)} environments ({_size(freed)}); kept "
+        f"{verb} {len(gone)} of {len(results)} environments ({_size(freed)} in all); kept "
         f"{kept['recent']} used recently, {kept['in use']} in use by a running kiln process, "
         f"{kept['being made']} being made."
     )
