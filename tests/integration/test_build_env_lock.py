@@ -141,6 +141,31 @@ def test_a_pruned_environment_is_made_again_from_its_kept_lock(tmp_path: Path) -
     assert path.is_dir()
 
 
+@pytest.mark.skipif(find_uv() is None, reason="uv is not installed")
+def test_a_new_environment_starts_with_the_bytecode_an_earlier_one_compiled(
+    tmp_path: Path,
+) -> None:
+    envs = tmp_path / "envs"
+    first = ensure_environment(tree_requiring(tmp_path / "a", "setuptools>=61"), PYTHON, [], envs)
+    finish_bytecode()  # compiled beside the build, then kept by distribution
+    second = ensure_environment(
+        tree_requiring(tmp_path / "b", "setuptools>=61", "pip"), PYTHON, [], envs
+    )
+    assert first.path != second.path
+    tag = "cpython-" + PYTHON.replace(".", "")
+    relative = Path("setuptools") / "__pycache__" / f"__init__.{tag}.pyc"
+    one, two = (next(e.path.glob("lib/python3*/site-packages")) / relative for e in (first, second))
+    # Linked before the hook ran: the same file, which Python takes as it is.
+    assert two.samefile(one)
+    code = "import setuptools, sys; print(setuptools.__cached__, setuptools.__file__)"
+    cached, filename = subprocess.run(
+        [str(second.python), "-c", code], capture_output=True, text=True, check=True,
+        env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
+    ).stdout.split()  # fmt: skip
+    assert Path(cached).samefile(one) and filename.startswith(str(second.path))
+    finish_bytecode()
+
+
 @pytest.mark.slow  # pip resolves through this machine's pip.conf indexes: about a minute
 def test_pip_fallback_installs_the_same_lock_under_the_same_key(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

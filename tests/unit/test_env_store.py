@@ -200,6 +200,23 @@ sys.stdin.read()
 """
 
 
+def test_kept_bytecode_goes_once_no_environment_links_it(tmp_path: Path) -> None:
+    store = tmp_path / "bytecode"
+    old = time.time() - 40 * DAY
+    for name in ("linked-1.0", "unlinked-1.0", "recent-1.0"):
+        pyc = store / name / "pkg" / "__pycache__" / "m.cpython-311.pyc"
+        pyc.parent.mkdir(parents=True)
+        pyc.write_bytes(b"x" * 100)
+        if name != "recent-1.0":
+            os.utime(pyc, (old, old))
+    os.link(store / "linked-1.0" / "pkg" / "__pycache__" / "m.cpython-311.pyc", tmp_path / "in-env.pyc")
+    named = list(env_store.unused_bytecode(store, 30 * DAY, dry_run=True))
+    assert [(x.path.name, x.what, x.size) for x in named] == [("unlinked-1.0", "bytecode", 100)]
+    assert (store / "unlinked-1.0").is_dir()
+    assert [x.path for x in env_store.unused_bytecode(store, 30 * DAY)] == [store / "unlinked-1.0"]
+    assert sorted(p.name for p in store.iterdir()) == ["linked-1.0", "recent-1.0"]
+
+
 def test_holding_where_nothing_can_be_written_goes_on_without_a_mark() -> None:
     # Under /proc nothing can be made, not even by root: environments shared read-only.
     env_store.hold(Path("/proc/kiln-no-such-dir/envs"), "a" * 16)
@@ -253,8 +270,8 @@ def test_kiln_envs_prune_and_list(
     assert [x["path"] for x in result["leftovers"]] == [
         str(home / "envs" / ".staging-0123456789abcdef")
     ]
-    assert ("removed 1 directory that killed kiln runs left (0.0 MiB): "
-            ".staging-0123456789abcdef (staging)") in err  # fmt: skip
+    assert ("removed 1 directory that killed kiln runs left, or of bytecode no environment "
+            "uses (0.0 MiB): .staging-0123456789abcdef (staging)") in err  # fmt: skip
     assert not (home / "envs" / ("a" * 16)).exists() and not smoke.exists()
 
 

@@ -206,13 +206,14 @@ def _uv_cache_dir() -> tuple[Path | None, str | None]:
 
 
 def empty_package_caches(cell: Cell) -> list[str]:
-    """Delete the build environments and pip's and uv's caches. Returns what could not be
-    emptied."""
+    """Delete the build environments, their kept bytecode and pip's and uv's caches.
+    Returns what could not be emptied."""
+    from wheelkiln.builder.bytecode_store import store_for
     from wheelkiln.builder.environment import finish_bytecode
 
     finish_bytecode()  # a compile still writing into an environment would outlive its delete
     problems: list[str] = []
-    targets: list[Path] = [envs_dir()]
+    targets: list[Path] = [envs_dir(), store_for(envs_dir())]
     for package_cache, problem in (_pip_cache_dir(cell), _uv_cache_dir()):
         if problem:
             problems.append(problem)

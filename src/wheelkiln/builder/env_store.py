@@ -305,3 +305,27 @@ def leftovers(root: Path, kind: Kind, *, dry_run: bool = False) -> Iterator[Left
             if not dry_run:
                 shutil.rmtree(path, ignore_errors=True)
             yield Leftover(path, size, what)
+
+
+def unused_bytecode(store: Path, unused_for: float, *, dry_run: bool = False) -> Iterator[Leftover]:
+    """Remove (or, with *dry_run*, only name) each distribution's kept bytecode under
+    *store* (``wheelkiln.builder.bytecode_store``) that no environment links any more
+    (every file's link count is one) and that was not kept within *unused_for* seconds."""
+    if not store.is_dir():
+        return
+    now = time.time()
+    for kept in sorted(store.iterdir()):
+        if kept.is_symlink() or not kept.is_dir():
+            continue
+        files = [Path(folder) / name for folder, _, names in os.walk(kept) for name in names]
+        try:
+            stats = [path.lstat() for path in files]
+        except OSError:
+            continue  # being written
+        if any(stat.st_nlink > 1 for stat in stats):
+            continue
+        if stats and now - max(stat.st_mtime for stat in stats) <= unused_for:
+            continue
+        if not dry_run:
+            shutil.rmtree(kept, ignore_errors=True)
+        yield Leftover(kept, sum(stat.st_size for stat in stats), "bytecode")

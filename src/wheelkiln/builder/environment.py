@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from wheelkiln import run
-from wheelkiln.builder import env_store
+from wheelkiln.builder import bytecode_store, env_store
 from wheelkiln.builder.pip_config import (
     fingerprint as index_fingerprint,
 )
@@ -609,6 +609,7 @@ def _make_environment(
         except BuildError:
             shutil.rmtree(final, ignore_errors=True)
             raise
+        bytecode_store.seed(final, bytecode_store.store_for(envs_root))
         _write_record(final, installer, interpreter, identity, lock, requested)
         return final
 
@@ -629,6 +630,7 @@ def _adopt(
         shutil.rmtree(final, ignore_errors=True)
         (staging / "kiln-lock.txt").write_text(lock)
         staging.rename(final)
+        bytecode_store.seed(final, bytecode_store.store_for(envs_root))
         _write_record(final, installer, interpreter, identity, lock, requested)
         return final
 
@@ -807,6 +809,7 @@ def compile_bytecode(environment: Path, envs_root: Path, env: Mapping[str, str])
         if not _compile(environment, sites, env, processes=1, niceness=10):
             return False
         marker.write_text("every module compiled\n")
+        bytecode_store.keep(environment, bytecode_store.store_for(envs_root))
         return True
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from wheelkiln import ui
 from wheelkiln.builder import env_store
+from wheelkiln.builder.bytecode_store import store_for
 from wheelkiln.cli.options import CONTEXT, emit_json, json_option
 from wheelkiln.paths import envs_dir, smoke_envs_dir
 
@@ -126,6 +127,7 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     left: list[env_store.Leftover] = []
     for root, kind in roots:
         left.extend(env_store.leftovers(root, kind, dry_run=dry_run))
+    left.extend(env_store.unused_bytecode(store_for(envs_dir()), unused_for, dry_run=dry_run))
     gone = [r for r in results if r.outcome in ("removed", "would remove")]
     freed = sum(r.environment.size for r in gone) + sum(leftover.size for leftover in left)
     if as_json:
@@ -146,7 +148,7 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     if left:
         ui.info(
             f"{verb} {len(left)} {'directory' if len(left) == 1 else 'directories'} "
-            "that killed kiln runs left "
+            "that killed kiln runs left, or of bytecode no environment uses "
             f"({_size(sum(leftover.size for leftover in left))}): "
             + ", ".join(escape(f"{leftover.path.name} ({leftover.what})") for leftover in left)
         )
