@@ -7,6 +7,7 @@ bytecode is compiled by ``py_compile`` and imported by a real interpreter.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import py_compile
 import shutil
@@ -18,6 +19,9 @@ from wheelkiln.builder import bytecode_store
 
 TAG = sys.implementation.cache_tag
 VERSION = f"{sys.version_info.major}.{sys.version_info.minor}"
+RECORD = "demo/__init__.py,sha256=x,10\ndemo/util.py,sha256=y,6\n"
+DIST = "demo-1.0-" + hashlib.sha256(RECORD.encode()).hexdigest()[:12]
+"""The store's name for the distribution: its version and its modules' hashes."""
 SOURCE = "ANSWER = 42\n\ndef where():\n    return where.__code__.co_filename\n"
 
 
@@ -31,7 +35,7 @@ def package_cache(root: Path) -> Path:
 
 
 def environment(root: Path, cache: Path, *, link: bool = True,
-                implementation: str = "CPython") -> Path:  # fmt: skip
+                implementation: str = "CPython", record: str = RECORD) -> Path:  # fmt: skip
     """An environment holding the cached distribution: hard links, or copies (another
     cache entry of the same version, with other modification times)."""
     site = root / "lib" / f"python{VERSION}" / "site-packages"
@@ -45,8 +49,7 @@ def environment(root: Path, cache: Path, *, link: bool = True,
     info = site / "demo-1.0.dist-info"
     info.mkdir()
     (info / "RECORD").write_text(
-        "demo/__init__.py,sha256=x,10\ndemo/util.py,sha256=y,6\n"
-        "../../../bin/demo,sha256=z,1\ndemo-1.0.dist-info/RECORD,,\n"
+        f"{record}../../../bin/demo,sha256=z,1\ndemo-1.0.dist-info/RECORD,,\n"
     )
     (root / "pyvenv.cfg").write_text(f"home = /usr/bin\nimplementation = {implementation}\n")
     return root
@@ -72,7 +75,7 @@ def test_a_new_environment_gets_the_kept_bytecode_and_python_uses_it(tmp_path: P
     compile_all(first)
     store = tmp_path / "bytecode"
     assert bytecode_store.keep(first, store) == 2
-    assert (store / "demo-1.0" / "demo" / "__pycache__" / f"__init__.{TAG}.pyc").samefile(
+    assert (store / DIST / "demo" / "__pycache__" / f"__init__.{TAG}.pyc").samefile(
         compiled(first, "__init__")
     )
     assert bytecode_store.keep(first, store) == 0  # kept already
@@ -107,9 +110,21 @@ def test_bytecode_of_another_copy_of_the_source_is_not_linked(tmp_path: Path) ->
     # Compiled there, it replaces the kept one: the newest copy is the one kept.
     compile_all(other)
     assert bytecode_store.keep(other, store) == 2
-    kept = store / "demo-1.0" / "demo" / "__pycache__" / f"__init__.{TAG}.pyc"
+    kept = store / DIST / "demo" / "__pycache__" / f"__init__.{TAG}.pyc"
     assert kept.samefile(compiled(other, "__init__"))
     assert not list(kept.parent.glob(".*"))  # no staged link left
+
+
+def test_another_build_of_the_same_version_shares_nothing(tmp_path: Path) -> None:
+    cache = package_cache(tmp_path)
+    first = environment(tmp_path / "first", cache)
+    compile_all(first)
+    store = tmp_path / "bytecode"
+    bytecode_store.keep(first, store)
+    # The same files and times, but its RECORD says another build's hashes.
+    rebuilt = environment(tmp_path / "rebuilt", cache, record=RECORD.replace("=x", "=w"))
+    assert bytecode_store.seed(rebuilt, store) == 0
+    assert not compiled(rebuilt, "__init__").exists()
 
 
 def test_a_source_changed_after_its_compile_is_not_kept(tmp_path: Path) -> None:
@@ -119,7 +134,7 @@ def test_a_source_changed_after_its_compile_is_not_kept(tmp_path: Path) -> None:
     site = first / "lib" / f"python{VERSION}" / "site-packages"
     (site / "demo" / "util.py").write_text("X = 2  # changed\n")
     assert bytecode_store.keep(first, tmp_path / "bytecode") == 1
-    assert not (tmp_path / "bytecode" / "demo-1.0" / "demo" / "__pycache__" /
+    assert not (tmp_path / "bytecode" / DIST / "demo" / "__pycache__" /
                 f"util.{TAG}.pyc").exists()  # fmt: skip
 
 

@@ -9,10 +9,11 @@ the same modification time. Python accepts a ``.pyc`` whose header records its s
 modification time and size (``timestamp`` pycs), wherever it was compiled, and fixes
 the file name its code objects carry when it loads it.
 
-So compiled files are kept once per distribution under ``$KILN_HOME/bytecode/<name>-
-<version>/`` (hard links, at their path under ``site-packages``; :func:`keep`), and a
-new environment gets every kept file whose header matches its own source
-(:func:`seed`) before anything in it runs. A file whose header does not match (the
+So compiled files are kept once per distribution under
+``$KILN_HOME/bytecode/<name>-<version>-<digest of its modules' hashes>/`` (hard links,
+at their path under ``site-packages``; :func:`keep`), and a new environment gets every
+kept file whose header matches its own source (:func:`seed`) before anything in it
+runs. A file whose header does not match (the
 source came from another cache entry) is left out and compiled as before; Python checks
 each one at import either way. Nothing writes into a ``.pyc`` in place (Python and
 ``py_compile`` write a new file and rename it), so a file linked into several
@@ -22,13 +23,17 @@ environments never changes under one of them.
 from __future__ import annotations
 
 import csv
+import hashlib
 import os
 import re
 import struct
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 _DIST_INFO = re.compile(r"(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)\.dist-info")
+_MODULE_LINE = re.compile(r'(?!/|\.\.)"?[^,]*\.py"?,')
+"""A ``RECORD`` line of a module installed under site-packages (not a script in bin)."""
 _HEADER = struct.Struct("<4sIII")
 """A pyc's header (PEP 552): magic, flags (0: checked by timestamp), the source's
 modification time and size, each truncated to 32 bits."""
@@ -59,11 +64,22 @@ def _site_and_tag(environment: Path) -> tuple[Path, str] | None:
 
 
 def _distributions(site: Path) -> Iterator[tuple[str, Path]]:
-    """``name-version`` and the dist-info directory of each distribution in *site*."""
+    """The store's name for each distribution in *site*, with its dist-info directory:
+    ``name-version-<digest>``, the digest over the ``RECORD`` lines of its modules (each
+    with its file's hash), so two builds of one version with different sources never
+    share bytecode, whatever their files' times."""
     for info in sorted(site.glob("*.dist-info")):
         found = _DIST_INFO.fullmatch(info.name)
-        if found:
-            yield f"{found['name'].lower()}-{found['version']}", info
+        if not found:
+            continue
+        try:
+            lines = (info / "RECORD").read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        digest = hashlib.sha256()
+        for line in sorted(line for line in lines if _MODULE_LINE.match(line)):
+            digest.update(line.encode() + b"\n")
+        yield f"{found['name'].lower()}-{found['version']}-{digest.hexdigest()[:12]}", info
 
 
 def _matches(pyc: Path, source: Path) -> bool:
@@ -156,7 +172,9 @@ def keep(environment: Path, store: Path) -> int:
                 ):
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
-                staged = target.with_name(f".{target.name}.{os.getpid()}")
+                staged = target.with_name(
+                    f".{target.name}.{os.getpid()}.{threading.get_ident()}"
+                )
                 staged.unlink(missing_ok=True)
                 os.link(compiled, staged)
                 staged.replace(target)
