@@ -144,3 +144,13 @@ def test_another_implementation_shares_nothing(tmp_path: Path) -> None:
     compile_all(first)
     assert bytecode_store.keep(first, tmp_path / "bytecode") == 0
     assert not (tmp_path / "bytecode").exists()
+
+
+def test_a_package_whose_modules_are_all_current_needs_no_compile(tmp_path: Path) -> None:
+    env = environment(tmp_path / "env", package_cache(tmp_path))
+    package = env / "lib" / f"python{VERSION}" / "site-packages" / "demo"
+    assert not bytecode_store.compiled_already(env, [package])
+    compile_all(env)
+    assert bytecode_store.compiled_already(env, [package])
+    (package / "util.py").write_text("X = 3  # a longer source than before\n")
+    assert not bytecode_store.compiled_already(env, [package])

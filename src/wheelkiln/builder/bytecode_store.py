@@ -182,3 +182,20 @@ def keep(environment: Path, store: Path) -> int:
                 return kept  # another file system, or not writable: nothing to share
             kept += 1
     return kept
+
+
+def compiled_already(environment: Path, tops: list[Path]) -> bool:
+    """True when every module under *tops* (directories in *environment*'s
+    site-packages) has a current ``.pyc``: a compile there would only check them."""
+    found = _site_and_tag(environment)
+    if found is None:
+        return False
+    _, tag = found
+    for top in tops:
+        for folder, _, names in os.walk(top):
+            for name in names:
+                if name.endswith(".py") and not _matches(
+                    Path(folder) / "__pycache__" / f"{name[:-3]}.{tag}.pyc", Path(folder) / name
+                ):
+                    return False
+    return True

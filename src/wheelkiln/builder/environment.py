@@ -775,7 +775,7 @@ def compile_backend(environment: Path, system: BuildSystem, env: Mapping[str, st
         for site in environment.glob("lib/python*/site-packages")
         if (site / top).is_dir() and not system.backend_path
     ]
-    if packages:
+    if packages and not bytecode_store.compiled_already(environment, packages):
         _compile(environment, packages, env, processes=_cores(), niceness=0)
 
 
