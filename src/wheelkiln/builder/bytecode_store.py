@@ -13,11 +13,10 @@ So compiled files are kept once per distribution under
 ``$KILN_HOME/bytecode/<name>-<version>-<digest of its modules' hashes>/`` (hard links,
 at their path under ``site-packages``; :func:`keep`), and a new environment gets every
 kept file whose header matches its own source (:func:`seed`) before anything in it
-runs. A file whose header does not match (the
-source came from another cache entry) is left out and compiled as before; Python checks
-each one at import either way. Nothing writes into a ``.pyc`` in place (Python and
-``py_compile`` write a new file and rename it), so a file linked into several
-environments never changes under one of them.
+runs. A file whose header does not match (the source came from another cache entry) is
+left out and compiled as before; Python checks each one at import either way. Nothing
+writes into a ``.pyc`` in place (Python and ``py_compile`` write a new file and rename
+it), so a file linked into several environments never changes under one of them.
 """
 
 from __future__ import annotations
