@@ -40,7 +40,9 @@ backend's own top-level package is compiled on every core (:func:`compile_backen
 hook imports it, and would compile it in memory otherwise), and a thread of the process
 that needs the environment compiles the rest after the hook, in one process at a lower
 priority, while the build runs (:func:`compile_later`); :func:`finish_bytecode` waits
-for it at the end of the build. ``py_compile`` writes each
+for it at the end of the build. Both first link in what an earlier environment
+compiled of the same distributions (:mod:`wheelkiln.builder.bytecode_store`), and the
+full compile keeps what it made there. ``py_compile`` writes each
 ``.pyc`` to a temporary name and renames it, so a process importing from the environment
 meanwhile finds either no ``.pyc`` (and compiles that module in memory, as it would
 without) or a whole one; Python checks each ``.pyc`` against its source's size and mtime
@@ -609,7 +611,6 @@ def _make_environment(
         except BuildError:
             shutil.rmtree(final, ignore_errors=True)
             raise
-        bytecode_store.seed(final, bytecode_store.store_for(envs_root))
         _write_record(final, installer, interpreter, identity, lock, requested)
         return final
 
@@ -630,7 +631,6 @@ def _adopt(
         shutil.rmtree(final, ignore_errors=True)
         (staging / "kiln-lock.txt").write_text(lock)
         staging.rename(final)
-        bytecode_store.seed(final, bytecode_store.store_for(envs_root))
         _write_record(final, installer, interpreter, identity, lock, requested)
         return final
 
@@ -775,7 +775,11 @@ def compile_backend(environment: Path, system: BuildSystem, env: Mapping[str, st
         for site in environment.glob("lib/python*/site-packages")
         if (site / top).is_dir() and not system.backend_path
     ]
-    if packages and not bytecode_store.compiled_already(environment, packages):
+    if not packages:
+        return
+    store = bytecode_store.store_for(environment.parent)
+    bytecode_store.seed(environment, store, [top])
+    if not bytecode_store.compiled_already(environment, packages):
         _compile(environment, packages, env, processes=_cores(), niceness=0)
 
 
@@ -805,11 +809,13 @@ def compile_bytecode(environment: Path, envs_root: Path, env: Mapping[str, str])
         if marker.is_file():
             return True
         sites = sorted(environment.glob("lib/python*/site-packages"))
+        store = bytecode_store.store_for(envs_root)
+        bytecode_store.seed(environment, store)
         # One process, at a lower priority: it runs beside the build.
         if not _compile(environment, sites, env, processes=1, niceness=10):
             return False
         marker.write_text("every module compiled\n")
-        bytecode_store.keep(environment, bytecode_store.store_for(envs_root))
+        bytecode_store.keep(environment, store)
         return True
 
 
