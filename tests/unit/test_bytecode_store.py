@@ -154,3 +154,18 @@ def test_a_package_whose_modules_are_all_current_needs_no_compile(tmp_path: Path
     assert bytecode_store.compiled_already(env, [package])
     (package / "util.py").write_text("X = 3  # a longer source than before\n")
     assert not bytecode_store.compiled_already(env, [package])
+
+
+def test_a_link_planted_in_the_store_is_not_followed(tmp_path: Path) -> None:
+    cache = package_cache(tmp_path)
+    first = environment(tmp_path / "first", cache)
+    compile_all(first)
+    store = tmp_path / "bytecode"
+    bytecode_store.keep(first, store)
+    kept = store / DIST / "demo" / "__pycache__" / f"__init__.{TAG}.pyc"
+    elsewhere = tmp_path / "elsewhere.pyc"
+    kept.rename(elsewhere)  # a valid header, reached only through the link
+    kept.symlink_to(elsewhere)
+    second = environment(tmp_path / "second", cache)
+    assert bytecode_store.seed(second, store) == 1  # util's, not the link
+    assert not compiled(second, "__init__").exists()

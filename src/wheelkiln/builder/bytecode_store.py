@@ -14,10 +14,11 @@ So compiled files are kept once per distribution under
 at their path under ``site-packages``; :func:`keep`), and a new environment gets every
 kept file whose header matches its own source (:func:`seed`): its backend's package
 before the hook imports it, the rest as its compile beside the build starts (linking
-a CUDA torch environment's 20,000 files took 1.4 s, too long to wait for). A file whose header does not match (the source came from another cache entry) is
-left out and compiled as before; Python checks each one at import either way. Nothing
-writes into a ``.pyc`` in place (Python and ``py_compile`` write a new file and rename
-it), so a file linked into several environments never changes under one of them.
+a CUDA torch environment's 20,000 files took 1.4 s, too long to wait for). A file whose
+header does not match (the source came from another cache entry) is left out and
+compiled as before; Python checks each one at import either way. Nothing writes into a
+``.pyc`` in place (Python and ``py_compile`` write a new file and rename it), so a file
+linked into several environments never changes under one of them.
 """
 
 from __future__ import annotations
@@ -127,11 +128,15 @@ def seed(environment: Path, store: Path, packages: Sequence[str] = ()) -> int:
                 stored = Path(folder) / name
                 relative = stored.relative_to(kept)
                 target = site / relative
-                if target.exists() or not _matches(stored, site / _source_of(relative)):
+                if (
+                    stored.is_symlink()  # only files kiln linked in are taken
+                    or target.exists()
+                    or not _matches(stored, site / _source_of(relative))
+                ):
                     continue
                 try:
                     target.parent.mkdir(exist_ok=True)
-                    os.link(stored, target)
+                    os.link(stored, target, follow_symlinks=False)
                 except FileExistsError:
                     continue
                 except OSError:
@@ -166,7 +171,7 @@ def keep(environment: Path, store: Path) -> int:
             relative = module.parent / "__pycache__" / f"{module.stem}.{tag}.pyc"
             compiled, source = site / relative, site / module
             target = store / name_version / relative
-            if not _matches(compiled, source):
+            if compiled.is_symlink() or not _matches(compiled, source):
                 continue
             try:
                 if target.exists() and (
@@ -178,7 +183,7 @@ def keep(environment: Path, store: Path) -> int:
                     f".{target.name}.{os.getpid()}.{threading.get_ident()}"
                 )
                 staged.unlink(missing_ok=True)
-                os.link(compiled, staged)
+                os.link(compiled, staged, follow_symlinks=False)
                 staged.replace(target)
             except OSError:
                 return kept  # another file system, or not writable: nothing to share
