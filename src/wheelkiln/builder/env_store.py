@@ -187,6 +187,22 @@ class Pruned:
         return {**self.environment.as_json(), "outcome": self.outcome}
 
 
+def _mark_unmarked(inuse: Path, last_used: float) -> None:
+    """Give an environment made before uses were marked its mark, dated *last_used*:
+    made aside and linked in whole, so a holder that marks it meanwhile keeps its mark."""
+    if inuse.exists():
+        return
+    staged = inuse.with_name(f".{inuse.name}.{os.getpid()}")
+    staged.touch()
+    os.utime(staged, (last_used, last_used))
+    try:
+        os.link(staged, inuse)
+    except FileExistsError:
+        pass  # a holder made it first
+    finally:
+        staged.unlink()
+
+
 def prune(
     environments: list[Stored], unused_for: float, *, dry_run: bool = False
 ) -> Iterator[Pruned]:
@@ -200,10 +216,8 @@ def prune(
             continue
         with ExitStack() as locks:
             inuse = root / f"{key}.inuse"
-            made = not inuse.exists()
+            _mark_unmarked(inuse, environment.last_used)
             use = locks.enter_context(inuse.open("a"))
-            if made:  # an environment from before uses were marked: keep its age
-                os.utime(use.fileno(), (environment.last_used, environment.last_used))
             make = locks.enter_context((root / f"{key}.lock").open("a"))
             try:
                 fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
