@@ -104,7 +104,8 @@ def envs_list(as_json: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 @json_option("what became of each environment")
 def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
-    """Remove the kept environments unused for AGE that no kiln process holds.
+    """Remove the kept environments unused for AGE that no kiln process holds, what
+    killed kiln runs left beside them, and kept bytecode no environment links any more.
 
     A build that asks for a removed build environment again makes it from the lock it
     was resolved to before (nothing is resolved again); one that starts while its
