@@ -1,10 +1,11 @@
 """Build environment creation: venv + pip against uv, and kiln's own against plain uv.
 
-    .venv/bin/python benchmarks/bench_env.py [--set NAME ...] [--torch] [--json]
+    .venv/bin/python benchmarks/bench_env.py [--set NAME ...] [--torch] [--rounds K] [--json]
 
 Each requirement set is installed three ways, each first with an empty package cache
 (cold: a private ``PIP_CACHE_DIR`` / ``UV_CACHE_DIR``) and then again into a new
-environment with that cache filled (warm):
+environment with that cache filled (warm; with ``--rounds K``, K times, the three ways
+taking turns, and the median of each, every run's seconds in the JSON):
 
 * pip: ``python -m venv`` plus ``pip install`` (how kiln made environments before uv);
 * uv: ``uv venv`` plus ``uv pip install``;
@@ -30,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,38 +137,65 @@ def with_kiln(
     return usable - started, compiled - usable
 
 
-def measure(name: str, uv: str, root: Path) -> dict[str, float]:
+METHODS = ("pip", "uv", "kiln")
+
+
+def measure(name: str, uv: str, root: Path, rounds: int = 1) -> dict[str, Any]:
+    """Each method cold once, then warm *rounds* times, the methods taking turns in each
+    round (so a drift in the machine's speed reaches all three); warm figures are the
+    medians, with every run's seconds beside them."""
     backend, requirements = SETS[name]
-    figures: dict[str, float] = {}
     base = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     base["KILN_INSTALLER"] = "uv"
-    for method in ("pip", "uv", "kiln"):
-        caches = root / f"{name}-{method}-cache"
+
+    def caches_of(method: str) -> Path:
+        return root / f"{name}-{method}-cache"
+
+    def one(method: str, condition: str, round_: int) -> dict[str, float]:
+        caches = caches_of(method)
         env = {**base, "PIP_CACHE_DIR": str(caches / "pip"), "UV_CACHE_DIR": str(caches / "uv")}
-        for condition in ("cold", "warm"):
-            target = root / f"{name}-{method}-{condition}"
-            started = time.perf_counter()
-            if method == "pip":
-                with_pip(requirements, target, env)
-            elif method == "uv":
-                with_uv(uv, requirements, target, env)
-            else:
-                HOOK_SECONDS.clear()
-                BACKEND_BYTECODE_SECONDS.clear()
-                usable, compiling = with_kiln(
-                    backend, requirements, target, caches / f"envs-{condition}", env
-                )
-                figures[f"kiln_hook_{condition}"] = round(sum(HOOK_SECONDS), 3)
-                figures[f"kiln_backend_bytecode_{condition}"] = round(
-                    sum(BACKEND_BYTECODE_SECONDS), 3
-                )
-                figures[f"kiln_bytecode_after_{condition}"] = round(compiling, 3)
-            seconds = time.perf_counter() - started
-            if method == "kiln":
-                seconds = usable  # ensure_environment's call, its imports included
-            figures[f"{method}_{condition}"] = round(seconds, 3)
-            shutil.rmtree(target, ignore_errors=True)
-        shutil.rmtree(caches, ignore_errors=True)
+        target = root / f"{name}-{method}-{condition}-{round_}"
+        run: dict[str, float] = {}
+        started = time.perf_counter()
+        if method == "pip":
+            with_pip(requirements, target, env)
+        elif method == "uv":
+            with_uv(uv, requirements, target, env)
+        else:
+            HOOK_SECONDS.clear()
+            BACKEND_BYTECODE_SECONDS.clear()
+            envs = caches / f"envs-{condition}-{round_}"
+            usable, compiling = with_kiln(backend, requirements, target, envs, env)
+            shutil.rmtree(envs, ignore_errors=True)  # its bytecode stays kept beside it
+            run["hook"] = sum(HOOK_SECONDS)
+            run["backend_bytecode"] = sum(BACKEND_BYTECODE_SECONDS)
+            run["bytecode_after"] = compiling
+        # kiln: ensure_environment's call, its imports included
+        run["seconds"] = usable if method == "kiln" else time.perf_counter() - started
+        shutil.rmtree(target, ignore_errors=True)
+        return run
+
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for method in METHODS:
+        runs[(method, "cold")] = [one(method, "cold", 0)]
+    for round_ in range(rounds):
+        for method in METHODS:
+            runs.setdefault((method, "warm"), []).append(one(method, "warm", round_))
+    for method in METHODS:
+        shutil.rmtree(caches_of(method), ignore_errors=True)
+
+    figures: dict[str, Any] = {"warm_rounds": rounds}
+    for (method, condition), done in runs.items():
+        def median(key: str, done: list[dict[str, float]] = done) -> float:
+            return round(statistics.median(run[key] for run in done), 3)
+
+        figures[f"{method}_{condition}"] = median("seconds")
+        if len(done) > 1:
+            figures[f"{method}_{condition}_runs"] = [round(run["seconds"], 3) for run in done]
+        if method == "kiln":
+            figures[f"kiln_hook_{condition}"] = median("hook")
+            figures[f"kiln_backend_bytecode_{condition}"] = median("backend_bytecode")
+            figures[f"kiln_bytecode_after_{condition}"] = median("bytecode_after")
     for condition in ("cold", "warm"):
         uv_seconds = figures[f"uv_{condition}"]
         figures[f"uv_over_pip_{condition}"] = round(uv_seconds / figures[f"pip_{condition}"], 3)
@@ -188,17 +217,21 @@ def main() -> None:
                         help="a requirement set (default: both)")  # fmt: skip
     parser.add_argument("--torch", action="store_true",
                         help="add the CUDA torch build requirement (about 5.4 GB; slow)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1, metavar="K",
+                        help="warm runs of each method, taking turns; medians (default 1)")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
+    if not 1 <= args.rounds <= 50:
+        parser.error(f"--rounds {args.rounds}: give 1 to 50 warm rounds")
     uv = find_uv()
     if uv is None:
         sys.exit("uv is not installed: `pip install uv` (wheelkiln depends on it).")
     names = list(args.sets or ["cmake", "setuptools"]) + (["torch"] if args.torch else [])
-    results: dict[str, dict[str, float]] = {}
+    results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="kiln-bench-env-") as tmp:
         for name in names:
             print(f"measuring {name}: {' '.join(SETS[name][1])}", file=sys.stderr)
-            results[name] = measure(name, uv, Path(tmp))
+            results[name] = measure(name, uv, Path(tmp), args.rounds)
     if args.json:
         print(
             json.dumps(
@@ -236,7 +269,7 @@ def main() -> None:
         "compile of the backend's package before it (be bc s); (no hook): kiln without "
         "those two. +bc s: the rest of its bytecode compile, still running then (it goes\n"
         "on beside the build), waited for after; plain uv compiles none; (+bc): kiln with "
-        f"it. load average: {load}"
+        f"it. Warm: medians of {args.rounds} round(s). load average: {load}"
     )
 
 
