@@ -69,6 +69,17 @@ def compile_all(env: Path) -> None:
         )  # fmt: skip
 
 
+def kept_from_a_first_environment(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """The package cache, a first environment made from it and compiled, and the store
+    that environment's bytecode is kept in."""
+    cache = package_cache(tmp_path)
+    first = environment(tmp_path / "first", cache)
+    compile_all(first)
+    store = tmp_path / "bytecode"
+    bytecode_store.keep(first, store)
+    return cache, first, store
+
+
 def test_a_new_environment_gets_the_kept_bytecode_and_python_uses_it(tmp_path: Path) -> None:
     cache = package_cache(tmp_path)
     first = environment(tmp_path / "first", cache)
@@ -99,11 +110,7 @@ def test_a_new_environment_gets_the_kept_bytecode_and_python_uses_it(tmp_path: P
 
 
 def test_bytecode_of_another_copy_of_the_source_is_not_linked(tmp_path: Path) -> None:
-    cache = package_cache(tmp_path)
-    first = environment(tmp_path / "first", cache)
-    compile_all(first)
-    store = tmp_path / "bytecode"
-    bytecode_store.keep(first, store)
+    cache, _, store = kept_from_a_first_environment(tmp_path)
     other = environment(tmp_path / "other", cache, link=False)
     assert bytecode_store.seed(other, store) == 0
     assert not compiled(other, "__init__").exists()
@@ -116,11 +123,7 @@ def test_bytecode_of_another_copy_of_the_source_is_not_linked(tmp_path: Path) ->
 
 
 def test_another_build_of_the_same_version_shares_nothing(tmp_path: Path) -> None:
-    cache = package_cache(tmp_path)
-    first = environment(tmp_path / "first", cache)
-    compile_all(first)
-    store = tmp_path / "bytecode"
-    bytecode_store.keep(first, store)
+    cache, _, store = kept_from_a_first_environment(tmp_path)
     # The same files and times, but its RECORD says another build's hashes.
     rebuilt = environment(tmp_path / "rebuilt", cache, record=RECORD.replace("=x", "=w"))
     assert bytecode_store.seed(rebuilt, store) == 0
@@ -157,11 +160,7 @@ def test_a_package_whose_modules_are_all_current_needs_no_compile(tmp_path: Path
 
 
 def test_a_link_planted_in_the_store_is_not_followed(tmp_path: Path) -> None:
-    cache = package_cache(tmp_path)
-    first = environment(tmp_path / "first", cache)
-    compile_all(first)
-    store = tmp_path / "bytecode"
-    bytecode_store.keep(first, store)
+    cache, _, store = kept_from_a_first_environment(tmp_path)
     kept = store / DIST / "demo" / "__pycache__" / f"__init__.{TAG}.pyc"
     elsewhere = tmp_path / "elsewhere.pyc"
     kept.rename(elsewhere)  # a valid header, reached only through the link
