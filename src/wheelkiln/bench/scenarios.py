@@ -12,9 +12,10 @@ Each condition is the one below it with a further cache taken away:
 * **cold**: a fresh cache namespace of its own (``bench-<run>-<repeat>``) *and* forced
   recache. A plain ``--no-cache`` is not cold while a shared cache still serves
   objects, and a private namespace alone is not cold if a remote already has it.
-* **frozen**: cold, plus empty build environments and pip cache, so the build
-  requirements are fetched and installed again. Destructive and opt-in; labelled
-  ``frozen*`` (and left out of every ratio) when a cache could not be emptied.
+* **frozen**: cold, plus empty build environments (and their kept bytecode) and pip and
+  uv caches, so the build requirements are fetched, installed and compiled again.
+  Destructive and opt-in; labelled ``frozen*`` (and left out of every ratio) when a cache
+  could not be emptied.
 
 Namespaces: each repeat's cold run fills its own namespace, and that repeat's hot and
 warm runs read it. Without cold, warm/hot read a namespace filled once per bench run
