@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from wheelkiln.wheels.nvcc_names import blank_names, blank_symbol
+from wheelkiln.wheels.nvcc_names import blank_names, blank_symbol, stub_listing
 
 
 @pytest.mark.parametrize(
@@ -57,3 +57,35 @@ def test_a_length_field_that_does_not_fit_is_no_module_id() -> None:
     """`<8 hex>_<n>_` is an id only when n characters of a name and `_` follow."""
     assert blank_symbol("sha_12345678_9_abc_def") == "sha_12345678_9_abc_def"
     assert blank_symbol("x_deadbeef_3_abcd_") == "x_deadbeef_3_abcd_"
+
+
+# objdump -d of .plt in two links of one library whose imports the linker ordered
+# differently (their names hold nvcc's per-build module ids): the first stub's label
+# names whichever import came first. Seen in CI on two builds in different directories.
+PLT_A = [
+    "0000000000008020 <ftell@plt-0x10>:",
+    "    8020:\tpush   0x1fe2(%rip)        # a008 <_GLOBAL_OFFSET_TABLE_+0x8>",
+    "0000000000008030 <ftell@plt>:",
+    "    8030:\tjmp    *0x1fe2(%rip)        # a018 <ftell@GLIBC_2.2.5>",
+    "0000000000008040 <__cudaRegisterLinkedBinary_00000000_4_k_cu_00000000@plt>:",
+    "    8040:\tjmp    *0x1fda(%rip)        # a020 <__cudaRegisterLinkedBinary>",
+]
+PLT_B = [
+    "0000000000008020 <__cudaRegisterLinkedBinary_00000000_4_k_cu_00000000@plt-0x10>:",
+    "    8020:\tpush   0x1fe2(%rip)        # a008 <_GLOBAL_OFFSET_TABLE_+0x8>",
+    "0000000000008030 <__cudaRegisterLinkedBinary_00000000_4_k_cu_00000000@plt>:",
+    "    8030:\tjmp    *0x1fe2(%rip)        # a018 <__cudaRegisterLinkedBinary>",
+    "0000000000008040 <ftell@plt>:",
+    "    8040:\tjmp    *0x1fda(%rip)        # a020 <ftell@GLIBC_2.2.5>",
+]
+
+
+def test_stubs_compare_whatever_import_the_linker_put_first() -> None:
+    assert stub_listing(PLT_A) == stub_listing(PLT_B)
+
+
+def test_a_stub_for_another_import_still_differs() -> None:
+    other = [line.replace("ftell", "fseek") for line in PLT_B]
+    assert stub_listing(PLT_A) != stub_listing(other)
+    called = [line.replace("jmp    *0x1fda", "call   *0x1fda") for line in PLT_B]
+    assert stub_listing(PLT_A) != stub_listing(called)

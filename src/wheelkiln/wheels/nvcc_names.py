@@ -203,6 +203,8 @@ _STUB_SECTIONS = frozenset({".plt", ".plt.got", ".plt.sec"})
 """Linker-made call stubs, one per imported symbol, in symbol order."""
 _CODE_FLAGS = 0x4  # SHF_EXECINSTR
 _PLT_TARGET = re.compile(r"\b[0-9a-f]+ <([^>\s]+@plt)>")
+_STUB_LABEL = re.compile(r"<[^>\s]+@plt([-+]0x[0-9a-f]+)>")
+"""A label at an offset from a stub, named after that stub's import."""
 _COMMENT = re.compile(r"\s*#.*$")
 _RIP_TARGET = re.compile(r"([-+]?0x[0-9a-f]+)\(%rip\).*#\s*([0-9a-f]+)\b")
 _ADDRESS = re.compile(r"^\s*[0-9a-f]+:\s*")
@@ -270,9 +272,18 @@ def _code_listing(
             line = _located_addresses(line, layout)
         listing.append(blank_symbol(line))
     if section.name in _STUB_SECTIONS:
-        # Stubs differ only in slot numbers and the order of the slots they jump through.
-        return sorted(_NUMBER.sub("#", _ADDRESS.sub("", line)) for line in listing)
+        return stub_listing(listing)
     return listing
+
+
+def stub_listing(lines: list[str]) -> list[str]:
+    """A stub section's disassembly as a comparison sees it. Stubs differ only in slot
+    numbers and the order of the slots they jump through, and so does objdump's label
+    for a place between stubs: the PLT's first stub is ``<NAME@plt-0x10>`` after
+    whichever import the linker put first."""
+    return sorted(
+        _NUMBER.sub("#", _ADDRESS.sub("", _STUB_LABEL.sub(r"<stub\1>", line))) for line in lines
+    )
 
 
 def _located_addresses(line: str, layout: _Layout) -> str:
