@@ -33,8 +33,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 _DIST_INFO = re.compile(r"(?P<name>[A-Za-z0-9_.]+)-(?P<version>[^-]+)\.dist-info")
-_MODULE_LINE = re.compile(r'(?!/|\.\.)"?[^,]*\.py"?,')
-"""A ``RECORD`` line of a module installed under site-packages (not a script in bin)."""
 _HEADER = struct.Struct("<4sIII")
 """A pyc's header (PEP 552): magic, flags (0: checked by timestamp), the source's
 modification time and size, each truncated to 32 bits."""
@@ -64,23 +62,30 @@ def _site_and_tag(environment: Path) -> tuple[Path, str] | None:
     return sites[0], "cpython-" + version.replace(".", "")
 
 
-def _distributions(site: Path) -> Iterator[tuple[str, Path]]:
-    """The store's name for each distribution in *site*, with its dist-info directory:
-    ``name-version-<digest>``, the digest over the ``RECORD`` lines of its modules (each
-    with its file's hash), so two builds of one version with different sources never
-    share bytecode, whatever their files' times."""
+def _distributions(site: Path) -> Iterator[tuple[str, list[Path]]]:
+    """The store's name for each distribution in *site*, with the modules it installed
+    (``.py`` files under site-packages, from its ``RECORD``): ``name-version-<digest>``,
+    the digest over those ``RECORD`` rows (each with its file's hash), so two builds of
+    one version with different sources never share bytecode, whatever their files'
+    times."""
     for info in sorted(site.glob("*.dist-info")):
         found = _DIST_INFO.fullmatch(info.name)
         if not found:
             continue
         try:
-            lines = (info / "RECORD").read_text(errors="replace").splitlines()
+            with (info / "RECORD").open(newline="", errors="replace") as record:
+                rows = sorted(
+                    row
+                    for row in csv.reader(record)
+                    if row and row[0].endswith(".py") and not row[0].startswith(("/", ".."))
+                )
         except OSError:
             continue
         digest = hashlib.sha256()
-        for line in sorted(line for line in lines if _MODULE_LINE.match(line)):
-            digest.update(line.encode() + b"\n")
-        yield f"{found['name'].lower()}-{found['version']}-{digest.hexdigest()[:12]}", info
+        for row in rows:
+            digest.update(",".join(row).encode() + b"\n")
+        name = f"{found['name'].lower()}-{found['version']}-{digest.hexdigest()[:12]}"
+        yield name, [Path(row[0]) for row in rows]
 
 
 def _matches(pyc: Path, source: Path) -> bool:
@@ -145,18 +150,6 @@ def seed(environment: Path, store: Path, packages: Sequence[str] = ()) -> int:
     return linked
 
 
-def _modules(info: Path) -> Iterator[Path]:
-    """The ``.py`` files a distribution installed, relative to site-packages."""
-    try:
-        with (info / "RECORD").open(newline="", errors="replace") as record:
-            rows = list(csv.reader(record))
-    except OSError:
-        return
-    for row in rows:
-        if row and row[0].endswith(".py") and not row[0].startswith(("/", "..")):
-            yield Path(row[0])
-
-
 def keep(environment: Path, store: Path) -> int:
     """Link each compiled module of *environment* into *store* under its distribution,
     where the store lacks it or holds one compiled from another copy of the source;
@@ -166,8 +159,8 @@ def keep(environment: Path, store: Path) -> int:
         return 0
     site, tag = found
     kept = 0
-    for name_version, info in _distributions(site):
-        for module in _modules(info):
+    for name_version, modules in _distributions(site):
+        for module in modules:
             relative = module.parent / "__pycache__" / f"{module.stem}.{tag}.pyc"
             compiled, source = site / relative, site / module
             target = store / name_version / relative
