@@ -1,7 +1,8 @@
 """Sharding figures for one recipe (default demo-kernels at N=4), measured in one run.
 
     .venv/bin/python benchmarks/bench_shard.py [RECIPE] [--count N] [--rounds R]
-        [--no-balanced] [--compare-linker mold|lld] [--link-rounds K] [--pairs K] [--json]
+        [--no-balanced] [--compare-linker mold|lld] [--link-rounds K] [--pairs K]
+        [--cold-rounds K] [--json]
 
 The shards run one at a time, so each is timed alone, as it would be on its own
 machine. Every job is timed two ways: its build step (the record's ``wall_seconds``, the
@@ -16,7 +17,9 @@ measured in this run:
   --pairs K, K hot builds and link jobs run alternately, and the median of their ratios
 * sum of the whole shard jobs / whole unsharded cold build         (goal <= 1.05),
   and the same for the build steps' CPU time (what the shards cost the machines; wall
-  time on a shared host also moves with what else runs there)
+  time on a shared host also moves with what else runs there); with --cold-rounds K, K
+  rounds of the unsharded cold build and then its N shards, each round in a workdir and
+  caches of its own, and the median of the rounds' ratios
 * seat-wrapper cost per TU over a direct ccache hit, and per stub  (goal <= +10 ms;
   skipped with --rounds 0)
 * with --compare-linker L: shards again with ``build.linker = L``, then K link jobs with
@@ -157,6 +160,8 @@ def main() -> None:
     parser.add_argument("--link-rounds", type=int, default=3, help="link jobs per linker (--compare-linker)")
     parser.add_argument("--pairs", type=int, default=1,
                         help="hot build and link job pairs, run alternately; the ratio is their median")
+    parser.add_argument("--cold-rounds", type=int, default=1,
+                        help="rounds of the unsharded cold build and its shards; the sum ratio is their median")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     recipe = resolve_recipe(args.recipe)
@@ -180,6 +185,16 @@ def main() -> None:
                 kiln("build", recipe, "--out", scratch / "plain", "--cache-dir", scratch / "plain-cache",
                      "--no-wheel-cache", *common),
                 kiln("link", recipe, "--archives", scratch / "shards", "--out", scratch / "linked", *common),
+            ))
+        rounds = [(cold, shards)]
+        for round_ in range(2, args.cold_rounds + 1):
+            # Its own workdir and caches, so the round's cold build and shards start as
+            # cold as the first round's.
+            round_work: tuple[str | Path, ...] = ("--workdir", scratch / f"work-{round_}")
+            rounds.append((
+                kiln("build", recipe, "--out", scratch / f"plain-{round_}", "--cache-dir",
+                     scratch / f"plain-cache-{round_}", "--no-wheel-cache", *round_work),
+                shard_all(recipe, args.count, scratch / f"shards-{round_}", round_work),
             ))
         planned: list[dict[str, Any]] = []
         planned_link: dict[str, Any] = {}
@@ -239,6 +254,15 @@ def main() -> None:
             "pairs_link_job_over_hot_build": [round(b["job_seconds"] / a["job_seconds"], 3) for a, b in pairs],
             "median_link_job_over_hot_build": median([b["job_seconds"] / a["job_seconds"] for a, b in pairs]),
             "shard_sum_over_cold": round(sum(s["job_seconds"] for s in shards) / cold["job_seconds"], 3),
+            "rounds_shard_sum_over_cold": [
+                round(sum(s["job_seconds"] for s in done) / plain["job_seconds"], 3) for plain, done in rounds
+            ],
+            "median_shard_sum_over_cold": median(
+                [sum(s["job_seconds"] for s in done) / plain["job_seconds"] for plain, done in rounds]
+            ),
+            "rounds_shard_cpu_sum_over_cold_cpu": [
+                round(sum(s["cpu_seconds"] for s in done) / plain["cpu_seconds"], 3) for plain, done in rounds
+            ],
             # Each job's own cost: the kiln process less its build step (the CLI's start,
             # source copy and digest, environment check, archives, gate, checks, records).
             "outside_build_seconds": {
@@ -289,6 +313,9 @@ def main() -> None:
               f"({', '.join(f'{x:.2f}' for x in jobs['pairs_link_job_over_hot_build'])})")
     print(f"  sum of shards / unsharded cold = {jobs['shard_sum_over_cold']:.2f} (goal <= 1.05); CPU time of "
           f"the build steps {figures['shard_cpu_sum_over_cold_cpu']:.2f}")
+    if args.cold_rounds > 1:
+        print(f"  the same, {args.cold_rounds} rounds: median {jobs['median_shard_sum_over_cold']:.2f} "
+              f"({', '.join(f'{x:.2f}' for x in jobs['rounds_shard_sum_over_cold'])})")
     spent = jobs["outside_build_seconds"]
     print(f"  outside the build step         = cold {spent['unsharded_cold']:.2f} s, hot {spent['hot']:.2f} s, "
           f"shards {', '.join(f'{x:.2f}' for x in spent['shards'])} s, link {spent['link']:.2f} s")
