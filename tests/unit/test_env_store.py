@@ -217,6 +217,27 @@ def test_kept_bytecode_goes_once_no_environment_links_it(tmp_path: Path) -> None
     assert sorted(p.name for p in store.iterdir()) == ["linked-1.0", "recent-1.0"]
 
 
+def test_a_dry_run_names_the_bytecode_only_environments_it_would_remove_link(
+    tmp_path: Path,
+) -> None:
+    store = tmp_path / "bytecode"
+    old = time.time() - 40 * DAY
+    going, staying = tmp_path / "envs" / "going", tmp_path / "envs" / "staying"
+    for name, linked_from in (("only-going-1.0", [going]), ("both-1.0", [going, staying])):
+        pyc = store / name / "pkg" / "__pycache__" / "m.cpython-311.pyc"
+        pyc.parent.mkdir(parents=True)
+        pyc.write_bytes(b"x" * 100)
+        os.utime(pyc, (old, old))
+        for environment in linked_from:
+            (environment / name).mkdir(parents=True)
+            os.link(pyc, environment / name / "m.cpython-311.pyc")
+    assert list(env_store.unused_bytecode(store, 30 * DAY, dry_run=True)) == []
+    named = list(env_store.unused_bytecode(store, 30 * DAY, dry_run=True, leaving=[going]))
+    assert [x.path.name for x in named] == ["only-going-1.0"]
+    shutil.rmtree(going)  # what the real run does first
+    assert [x.path.name for x in env_store.unused_bytecode(store, 30 * DAY)] == ["only-going-1.0"]
+
+
 def test_holding_where_nothing_can_be_written_goes_on_without_a_mark() -> None:
     # Under /proc nothing can be made, not even by root: environments shared read-only.
     env_store.hold(Path("/proc/kiln-no-such-dir/envs"), "a" * 16)
@@ -250,11 +271,34 @@ def test_kiln_envs_prune_and_list(
         ("build", "a" * 16), ("build", "b" * 16), ("smoke", "c" * 16)
     ]
 
+    kept = home / "bytecode" / "pkg-1.0-0123abcd" / "pkg" / "__pycache__" / "m.cpython-311.pyc"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"x" * 100)
+    os.utime(kept, (time.time() - 40 * DAY,) * 2)
+    os.link(kept, home / "envs" / ("a" * 16) / "lib" / "m.cpython-311.pyc")
+    # A distribution's file as uv installs it: linked from its package cache, which keeps it.
+    cached = tmp_path / "uv-cache" / "wheel-file"
+    cached.parent.mkdir()
+    cached.write_bytes(b"y" * 2**20)
+    os.link(cached, home / "envs" / ("a" * 16) / "lib" / "from-uv")
+    own = {
+        key: sum(f.stat().st_size for f in path.rglob("*") if f.is_file() and f.stat().st_nlink == 1)
+        for key, path in (("a", home / "envs" / ("a" * 16)), ("c", smoke))
+    }
+    assert own["a"] > 3 * 2**20
+
+    code, out, err = _kiln(["envs", "list"], home, capsys, monkeypatch)
+    assert code == 0
+    assert "3 environments, 4.0 MiB (3.0 MiB their own: the rest is linked from uv's" in err
+
     code, out, err = _kiln(["envs", "prune", "--unused-for", "30d", "--dry-run"], home,
                            capsys, monkeypatch)  # fmt: skip
     assert code == 0 and out == ""
-    assert f"would remove build environment {'a' * 16} (3.0 MiB, last used 40.0 d ago)" in err
-    assert "would remove 2 of 3 environments" in err
+    # Only the environment that would go links the kept bytecode: it would go too.
+    assert "pkg-1.0-0123abcd (bytecode)" in err
+    assert (f"would remove build environment {'a' * 16} (3.0 MiB its own of 4.0 MiB, last "
+            "used 40.0 d ago)") in err  # fmt: skip
+    assert "would remove 2 of 3 environments (would free 3.0 MiB in all)" in err
     assert (home / "envs" / ("a" * 16)).is_dir()
 
     (home / "envs" / ".staging-0123456789abcdef" / "bin").mkdir(parents=True)
@@ -265,13 +309,16 @@ def test_kiln_envs_prune_and_list(
     assert {e["key"]: e["outcome"] for e in result["environments"]} == {
         "a" * 16: "removed", "b" * 16: "recent", "c" * 16: "removed"
     }
-    assert result["freed_bytes"] > 3 * 2**20
+    # What the files only they held come to, and the kept bytecode once; not uv's cache.
+    assert result["freed_bytes"] == own["a"] + own["c"] + 100
+    assert cached.read_bytes() == b"y" * 2**20
     assert "removed 2 of 3 environments" in err and "kept 1 used recently" in err
     assert [x["path"] for x in result["leftovers"]] == [
-        str(home / "envs" / ".staging-0123456789abcdef")
+        str(home / "envs" / ".staging-0123456789abcdef"), str(kept.parents[2])
     ]
-    assert ("removed 1 directory that killed kiln runs left, or of bytecode no environment "
-            "uses (0.0 MiB): .staging-0123456789abcdef (staging)") in err  # fmt: skip
+    assert ("removed 2 directories that killed kiln runs left, or of bytecode no environment "
+            "uses (0.0 MiB): .staging-0123456789abcdef (staging), pkg-1.0-0123abcd (bytecode)"
+            ) in err  # fmt: skip
     assert not (home / "envs" / ("a" * 16)).exists() and not smoke.exists()
 
 

@@ -31,7 +31,8 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,9 @@ class Stored:
     path: Path
     size: int
     """Bytes in its files (symbolic links not followed)."""
+    own: int
+    """Bytes in its files that have no other link: what removing it frees (the rest is
+    linked from uv's package cache or from kept bytecode)."""
     last_used: float
     """Seconds since the epoch: the last use a kiln process marked, else when it was
     made (environments made before uses were marked)."""
@@ -97,14 +101,19 @@ class Stored:
             "key": self.key,
             "path": str(self.path),
             "bytes": self.size,
+            "own_bytes": self.own,
             "last_used": self.last_used,
             "in_use": self.in_use,
             "requires": list(self.requires),
         }
 
 
-def _size(path: Path) -> int:
-    total = 0
+def _size(path: Path) -> tuple[int, int]:
+    """The bytes in *path*'s files (symbolic links not followed), and those of them in
+    files with no other link: uv installs a distribution's files as hard links to its
+    package cache, and kept bytecode is linked from the store, so removing an
+    environment frees only the second figure."""
+    total = own = 0
     stack = [path]
     while stack:
         try:
@@ -116,10 +125,12 @@ def _size(path: Path) -> int:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
                 else:
-                    total += entry.stat(follow_symlinks=False).st_size
+                    stat = entry.stat(follow_symlinks=False)
+                    total += stat.st_size
+                    own += stat.st_size if stat.st_nlink == 1 else 0
             except OSError:
                 continue
-    return total
+    return total, own
 
 
 def _last_used(root: Path, key: str, record: Path) -> float:
@@ -159,12 +170,14 @@ def stored(root: Path, kind: Kind) -> list[Stored]:
             requires = tuple(str(r) for r in json.loads(record.read_text()).get("requires", []))
         except (OSError, ValueError, AttributeError):
             requires = ()
+        size, own = _size(path)
         found.append(
             Stored(
                 kind=kind,
                 key=path.name,
                 path=path,
-                size=_size(path),
+                size=size,
+                own=own,
                 last_used=_last_used(root, path.name, record),
                 in_use=_busy(root, path.name),
                 requires=requires,
@@ -250,10 +263,12 @@ def prune(
 
 @dataclass(frozen=True)
 class Leftover:
-    """A directory a killed kiln process left beside the environments."""
+    """A directory a killed kiln process left beside the environments, or kept bytecode
+    no environment links."""
 
     path: Path
     size: int
+    """The bytes removing it frees."""
     what: str
 
     def as_json(self) -> dict[str, object]:
@@ -315,19 +330,39 @@ def leftovers(root: Path, kind: Kind, *, dry_run: bool = False) -> Iterator[Left
             # The record may have been written since the listing: a finished environment.
             if what == "unfinished" and (path / RECORDS[kind]).exists():
                 continue
-            size = _size(path)
+            _, size = _size(path)  # a staging venv's files are linked from uv's cache too
             if not dry_run:
                 shutil.rmtree(path, ignore_errors=True)
             yield Leftover(path, size, what)
 
 
-def unused_bytecode(store: Path, unused_for: float, *, dry_run: bool = False) -> Iterator[Leftover]:
+def _links_in(environments: Iterable[Path]) -> Counter[tuple[int, int]]:
+    """How many of each file's links (device, inode) lie under *environments*."""
+    links: Counter[tuple[int, int]] = Counter()
+    for environment in environments:
+        for folder, _, names in os.walk(environment):
+            for name in names:
+                try:
+                    stat = (Path(folder) / name).lstat()
+                except OSError:
+                    continue
+                if stat.st_nlink > 1:
+                    links[(stat.st_dev, stat.st_ino)] += 1
+    return links
+
+
+def unused_bytecode(
+    store: Path, unused_for: float, *, dry_run: bool = False, leaving: Iterable[Path] = ()
+) -> Iterator[Leftover]:
     """Remove (or, with *dry_run*, only name) each distribution's kept bytecode under
     *store* (``wheelkiln.builder.bytecode_store``) that no environment links any more
-    (every file's link count is one) and that was not kept within *unused_for* seconds."""
+    (every file's link count is one) and that was not kept within *unused_for* seconds.
+    Links from *leaving* (the environments a dry run would remove, still there) do not
+    count, so a dry run names what the real run would remove."""
     if not store.is_dir():
         return
     now = time.time()
+    gone = _links_in(leaving)
     for kept in sorted(store.iterdir()):
         if kept.is_symlink() or not kept.is_dir():
             continue
@@ -336,7 +371,7 @@ def unused_bytecode(store: Path, unused_for: float, *, dry_run: bool = False) ->
             stats = [path.lstat() for path in files]
         except OSError:
             continue  # being written
-        if any(stat.st_nlink > 1 for stat in stats):
+        if any(stat.st_nlink - gone[(stat.st_dev, stat.st_ino)] > 1 for stat in stats):
             continue
         if stats and now - max(stat.st_mtime for stat in stats) <= unused_for:
             continue

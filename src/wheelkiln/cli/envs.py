@@ -79,11 +79,11 @@ def envs_list(as_json: bool) -> None:
         return
     now = time.time()
     table = Table(title="kept environments", title_justify="left")
-    for column in ("kind", "key", "size", "last used", "in use", "requires"):
+    for column in ("kind", "key", "size", "its own", "last used", "in use", "requires"):
         table.add_column(column, overflow="fold")
     for environment in environments:
         table.add_row(
-            environment.kind, environment.key, _size(environment.size),
+            environment.kind, environment.key, _size(environment.size), _size(environment.own),
             _ago(environment.last_used, now), "yes" if environment.in_use else "no",
             escape(_requires(environment)),
         )  # fmt: skip
@@ -91,7 +91,9 @@ def envs_list(as_json: bool) -> None:
         ui.console.print(table)
     busy = sum(environment.in_use for environment in environments)
     ui.info(
-        f"{len(environments)} environments, {_size(sum(e.size for e in environments))}, "
+        f"{len(environments)} environments, {_size(sum(e.size for e in environments))} "
+        f"({_size(sum(e.own for e in environments))} their own: the rest is linked from "
+        "uv's package cache or from kept bytecode), "
         f"under {escape(str(envs_dir()))} and {escape(str(smoke_envs_dir()))}; {busy} in use. "
         "`kiln envs prune --unused-for 30d` removes those unused for 30 days."
     )
@@ -123,14 +125,24 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
             if result.outcome in ("removed", "would remove") and not as_json:
                 ui.info(
                     f"{result.outcome} {environment.kind} environment {environment.key} "
-                    f"({_size(environment.size)}, last used {_ago(environment.last_used, now)})"
+                    f"({_size(environment.own)} its own of {_size(environment.size)}, last "
+                    f"used {_ago(environment.last_used, now)})"
                 )
     left: list[env_store.Leftover] = []
     for root, kind in roots:
         left.extend(env_store.leftovers(root, kind, dry_run=dry_run))
-    left.extend(env_store.unused_bytecode(store_for(envs_dir()), unused_for, dry_run=dry_run))
+    # A dry run leaves the environments it would remove in place, still linking their
+    # bytecode: it tells the store which links a real run would have removed.
+    leaving = [r.environment.path for r in results if r.outcome == "would remove"]
+    left.extend(
+        env_store.unused_bytecode(
+            store_for(envs_dir()), unused_for, dry_run=dry_run, leaving=leaving
+        )
+    )
     gone = [r for r in results if r.outcome in ("removed", "would remove")]
-    freed = sum(r.environment.size for r in gone) + sum(leftover.size for leftover in left)
+    # An environment's files linked from uv's cache stay there; those linked from kept
+    # bytecode are freed with the store's directory, counted once, as a leftover.
+    freed = sum(r.environment.own for r in gone) + sum(leftover.size for leftover in left)
     if as_json:
         emit_json(
             {
@@ -153,8 +165,9 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
             f"({_size(sum(leftover.size for leftover in left))}): "
             + ", ".join(escape(f"{leftover.path.name} ({leftover.what})") for leftover in left)
         )
+    frees = "would free" if dry_run else "freed"
     ui.info(
-        f"{verb} {len(gone)} of {len(results)} environments ({_size(freed)} in all); kept "
+        f"{verb} {len(gone)} of {len(results)} environments ({frees} {_size(freed)} in all); kept "
         f"{kept['recent']} used recently, {kept['in use']} in use by a running kiln process, "
         f"{kept['being made']} being made."
     )
