@@ -449,6 +449,54 @@ def test_host_compiler_script_is_the_same_bytes_in_shard_and_link_jobs(tmp_path:
     assert json.loads(log.read_text())["action"] == "passthrough", "went through the seat wrapper"
 
 
+@pytest.mark.compile
+@pytest.mark.cuda
+def test_a_torch_nvcc_tu_hits_what_a_kiln_installed_elsewhere_stored(tmp_path: Path) -> None:
+    """Two builders with kiln, its ccache and $KILN_HOME at different paths write the same
+    CC/CXX bytes, so an nvcc TU compiled with ``-ccbin $CXX`` (as torch compiles) that one
+    stored is a hit for the other. The scripts once named kiln's and the cache's paths,
+    and ccache hashes a -ccbin file's content: every such TU missed across installs."""
+    from wheelkiln.builder.toolchain import Launch, find_nvcc, toolchain_environment
+    from wheelkiln.cache.backend import CacheConfig
+    from wheelkiln.cache.ccache import Ccache
+
+    nvcc = find_nvcc()
+    if nvcc is None:
+        pytest.skip("no nvcc")
+    ccache = Ccache(CacheConfig(cache_dir=tmp_path / "shared-cache", base_dir=tmp_path))
+    moved = tmp_path / "elsewhere" / "venv" / "bin" / "ccache"  # the same ccache, installed
+    moved.parent.mkdir(parents=True)                            # at another path
+    moved.symlink_to(ccache.executable())
+    kernel = tmp_path / "k.cu"
+    kernel.write_text("__global__ void k(int* x) { *x = 7; }\nint host() { return 7; }\n")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("KILN_", "CCACHE_"))}
+
+    def build(home: str, cache: str) -> dict[str, int]:
+        env = toolchain_environment(Launch(cache), "setuptools", tmp_path / home / "kiln-bin",
+                                    scripts_dir=tmp_path / home / "bin")  # fmt: skip
+        log = tmp_path / f"{home}.stats"
+        settings = {**base, **env, **ccache.environment(), "CCACHE_STATSLOG": str(log)}
+        done = subprocess.run(
+            [cache, nvcc, "-ccbin", env["CXX"], "-arch=sm_80", "-c", str(kernel), "-o",
+             str(tmp_path / f"{home}.o")],
+            capture_output=True, text=True, env=settings, cwd=tmp_path, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        counts: dict[str, int] = {}
+        for line in log.read_text().splitlines():
+            if line and not line.startswith("#"):
+                counts[line] = counts.get(line, 0) + 1
+        return counts
+
+    first = build("home-a", ccache.executable())
+    assert first.get("cache_miss") == 1, first
+    second = build("home-b", str(moved))
+    assert second.get("direct_cache_hit") == 1, second
+    scripts = {p.read_bytes() for p in (tmp_path / "home-a" / "bin").glob("*/c++")}
+    assert scripts == {p.read_bytes() for p in (tmp_path / "home-b" / "bin").glob("*/c++")}
+    assert str(tmp_path) not in scripts.pop().decode()
+
+
 def test_cuda_home_names_the_toolkit_not_the_shim(tmp_path: Path) -> None:
     """Without CUDA_HOME, torch guesses it from `nvcc` on PATH, which is kiln's shim."""
     from wheelkiln.builder.toolchain import Launch, find_nvcc, toolchain_environment

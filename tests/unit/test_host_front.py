@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.builder.toolchain import DEBUG_PREFIX, Launch, toolchain_environment
+from wheelkiln.builder.toolchain import DEBUG_PREFIX, FRONT_CACHE, Launch, toolchain_environment
 
 
 @pytest.mark.parametrize(
@@ -40,11 +40,33 @@ def test_only_compiles_go_through_the_cache(
     log.unlink(missing_ok=True)  # the front's own version probe
     subprocess.run(
         [env["CC"], *args],
-        env={"PATH": "/usr/bin:/bin", DEBUG_PREFIX: "/job", "KILN_SEAT_FRONT": "0"},
+        env={
+            "PATH": "/usr/bin:/bin", DEBUG_PREFIX: "/job", "KILN_SEAT_FRONT": "0",
+            FRONT_CACHE: env[FRONT_CACHE],
+        },
         check=True,
-    )
+    )  # fmt: skip
     called = " ".join(args)
     expected = [f"gcc {called} -fdebug-prefix-map=/job=."]
     if through_cache:
         expected.insert(0, f"cache {compiler} {called} -fdebug-prefix-map=/job=.")
     assert log.read_text().splitlines() == expected
+
+
+def test_without_the_job_environment_a_compile_goes_straight_to_the_compiler(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script names no cache of its own (its bytes are the same wherever kiln is
+    installed): run again by hand, without the job's environment, it still compiles."""
+    log = tmp_path / "log"
+    compiler = tmp_path / "gcc"
+    compiler.write_text(f'#!/bin/sh\necho "gcc $*" >> {log}\n')
+    compiler.chmod(0o755)
+    monkeypatch.setenv("KILN_HOST_CC", str(compiler))
+    env = toolchain_environment(
+        Launch(str(tmp_path / "ccache")), "meson", tmp_path / "bin", scripts_dir=tmp_path / "s"
+    )
+    assert str(tmp_path / "ccache") not in Path(env["CC"]).read_text()
+    log.unlink(missing_ok=True)
+    subprocess.run([env["CC"], "-c", "a.c"], env={"PATH": "/usr/bin:/bin"}, check=True)
+    assert log.read_text().splitlines() == ["gcc -c a.c"]

@@ -182,18 +182,29 @@ def probe_bypass_line(target: list[str]) -> str:
     return f'case "$PWD $*" in {patterns}) {_exec_line(target)};; esac\n'
 
 
-def host_front_script(
-    compiler: str, cache: str | None, seat_argv: list[str], name: str | None = None
-) -> str:
-    """The body of the CC/CXX script: the same bytes in shard jobs and link jobs.
+FRONT_CACHE = "KILN_FRONT_CACHE"
+"""The compiler cache the CC/CXX scripts compile through (unset: straight to the compiler)."""
+FRONT_SEAT = "KILN_FRONT_SEAT"
+"""The seat wrapper's script, which the CC/CXX scripts hand every call to in shard jobs."""
+
+
+def host_front_script(compiler: str, name: str | None = None) -> str:
+    """The body of the CC/CXX script: the same bytes in shard jobs and link jobs, and
+    wherever kiln and the cache are installed.
 
     torch passes ``-ccbin $CC`` to nvcc, and ccache hashes the *content* of a ``-ccbin``
-    file (not its path, and not through compiler_check). A shard script that exec'd the
-    seat wrapper and a link script that exec'd ccache made every nvcc TU miss in the
-    link job. So one script does both, switched by ``KILN_SEAT_FRONT`` in the
-    environment, and names the real host compiler's version, which ccache then hashes.
-    Probes bypass the cache (:func:`probe_bypass_line`), and so do calls without ``-c``
-    or ``-S`` (links, ``-E``, version questions), which no cache stores.
+    file (not its path: kiln sets ``compiler_check`` to a command, which ccache never
+    runs for a host compiler). A shard script that exec'd the seat wrapper and a link
+    script that exec'd ccache made every nvcc TU miss in the link job. So one script does
+    both, switched by ``KILN_SEAT_FRONT`` in the environment, and names the real host
+    compiler's version, which ccache then hashes. The programs it hands calls to (the
+    seat wrapper, the cache) are named by the job's environment (:data:`FRONT_SEAT`,
+    :data:`FRONT_CACHE`), not written into it: their paths are where kiln is installed,
+    and a builder with kiln in another virtualenv or home missed every torch nvcc TU
+    that one had stored. Without :data:`FRONT_CACHE` (a build run again by hand) a call
+    goes straight to the compiler. Probes bypass the cache (:func:`probe_bypass_line`),
+    and so do calls without ``-c`` or ``-S`` (links, ``-E``, version questions), which no
+    cache stores.
 
     Compiles get ``-fdebug-prefix-map=<job directory>=.`` (``KILN_DEBUG_PREFIX``), in
     shards and link jobs alike. setuptools compiles with ``-g``, and DWARF names the
@@ -203,23 +214,22 @@ def host_front_script(
     """
     from wheelkiln.builder.compiler_answers import QUESTIONS, answer_line
 
-    cached = [cache, compiler] if cache else [compiler]
     mapped = f' ${{{DEBUG_PREFIX}:+"-fdebug-prefix-map=${DEBUG_PREFIX}=."}}'
+    real = shlex.quote(compiler)
     return (
         f"# wheelkiln host compiler front: {compiler}: {compiler_identity(compiler)}\n"
         # meson's compiler detection, answered from what this compiler said before.
         + (answer_line(name) if name is not None and name in QUESTIONS else "")
-        + f'case "${SEAT_SWITCH}" in 1) {_exec_line([*seat_argv, compiler])}{mapped};; esac\n'
+        + f'case "${SEAT_SWITCH}" in 1) exec "${FRONT_SEAT}" {real} "$@"{mapped};; esac\n'
         # nvcc's own host passes (-ccbin $CC) compile tmpxft_* temp files: ccache must
         # wrap nvcc itself, never its host compiler, so those go straight through.
-        f'case "$*" in *tmpxft_*) exec {shlex.quote(compiler)} "$@";; esac\n'
+        f'case "$*" in *tmpxft_*) exec {real} "$@";; esac\n'
         + probe_bypass_line([compiler])
         # A call that compiles nothing (a link, -E, --version: meson's compiler
         # detection) is no cache's to store: ccache would count it uncacheable and run
         # the compiler, one more process start per link and probe.
         + f'case " $* " in *" -c "*|*" -S "*) ;; *) {_exec_line([compiler])}{mapped};; esac\n'
-        + _exec_line(cached)
-        + mapped
+        + f'exec ${{{FRONT_CACHE}:+"${FRONT_CACHE}"}} {real} "$@"{mapped}'
     )
 
 
@@ -309,8 +319,10 @@ def toolchain_environment(
     fronts: dict[str, Path] = {}
     if launch.seat_wrapper or launch.cache is not None:
         for name, compiler in host.items():
-            body = host_front_script(compiler, launch.cache, seat_argv, name)
-            fronts[name] = install_script(scripts, name, body)
+            fronts[name] = install_script(scripts, name, host_front_script(compiler, name))
+        env[FRONT_SEAT] = str(seat)
+        if launch.cache is not None:
+            env[FRONT_CACHE] = launch.cache
     if front is not None:
         if kind == "cmake":
             for lang in ("C", "CXX", "CUDA"):
