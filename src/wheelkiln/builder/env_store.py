@@ -302,7 +302,8 @@ def leftovers(root: Path, kind: Kind, *, dry_run: bool = False) -> Iterator[Left
     (``.staging-<request>``, under ``resolved/<request>.lock``), an environment whose
     make was killed before its record (``<key>`` without one, under ``<key>.lock`` and
     ``<key>.inuse``), and a prune's aside directory whose process has ended. A CUDA torch
-    install killed halfway leaves gigabytes."""
+    install killed halfway leaves gigabytes where uv copies files instead of linking them
+    (its cache on another filesystem), and thousands of directories where it links."""
     if not root.is_dir():
         return
     for path in sorted(root.iterdir()):
