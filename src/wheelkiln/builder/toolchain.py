@@ -193,8 +193,8 @@ def host_front_script(compiler: str, name: str | None = None) -> str:
     wherever kiln and the cache are installed.
 
     torch passes ``-ccbin $CC`` to nvcc, and ccache hashes the *content* of a ``-ccbin``
-    file (not its path: kiln sets ``compiler_check`` to a command, which ccache never
-    runs for a host compiler). A shard script that exec'd the seat wrapper and a link
+    file, not its path (kiln's ``compiler_check`` is a command, which ccache never runs
+    for nvcc's host compiler: it hashes the file instead). A shard script that exec'd the seat wrapper and a link
     script that exec'd ccache made every nvcc TU miss in the link job. So one script does
     both, switched by ``KILN_SEAT_FRONT`` in the environment, and names the real host
     compiler's version, which ccache then hashes. The programs it hands calls to (the
