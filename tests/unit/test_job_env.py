@@ -63,6 +63,14 @@ def test_cache_settings_in_a_recipe_are_refused(tmp_path: Path) -> None:
         expand_recipe_env({"CCACHE_SLOPPINESS": "time_macros"}, tmp_path, "r.toml")
 
 
+@pytest.mark.parametrize("name", ["KILN_SEAT_FRONT", "KILN_FRONT_CACHE", "KILN_HOME"])
+def test_kilns_own_variables_in_a_recipe_are_refused(tmp_path: Path, name: str) -> None:
+    """A recipe that set them would switch a shard's wrapper off or hand every compile to
+    a program of its choosing, behind the gate's back."""
+    with pytest.raises(RecipeError, match=rf"r\.toml: build\.env\.{name} is a name of kiln's own"):
+        expand_recipe_env({name: "0"}, tmp_path, "r.toml")
+
+
 def test_quoted_nvcc_flags_in_a_recipe_are_refused(tmp_path: Path) -> None:
     with pytest.raises(RecipeError, match=r"r\.toml: build\.env: NVCC_APPEND_FLAGS="):
         expand_recipe_env({"NVCC_APPEND_FLAGS": "-DNAME='x'"}, tmp_path, "r.toml")
@@ -139,6 +147,7 @@ def test_the_callers_cache_settings_are_removed() -> None:
         "SUNPRO_DEPENDENCIES": "deps.d",
         "PYTHONPATH": "/x",
         "CPATH": "/opt/include",
+        "KILN_FRONT_CACHE": "/old/venv/bin/ccache",  # a job's, left in the shell
     }
     assert inherited_environment(environ) == {
         "PATH": "/usr/bin",

@@ -48,6 +48,10 @@ SCRUBBED = (
     "PIP_REQUIRE_VIRTUALENV",
     "DEPENDENCIES_OUTPUT",
     "SUNPRO_DEPENDENCIES",
+    # The cache the CC/CXX fronts compile through (builder/toolchain.py), which kiln sets
+    # for each job that has one: one left in the caller's shell must not reach a job
+    # that has none.
+    "KILN_FRONT_CACHE",
 )
 """Caller's variables that never reach a build (besides foreign cache settings)."""
 
@@ -108,6 +112,13 @@ def check_recipe_env(env: Mapping[str, str], recipe_path: Path | str) -> None:
     compiler-cache setting, or nvcc flags the launcher cannot move onto the command line.
     """
     for key in sorted(env):
+        if key.startswith("KILN_"):
+            raise RecipeError(
+                f"{recipe_path}: build.env.{key} is a name of kiln's own: kiln sets such "
+                "variables for each job (the compiler fronts, a shard's wrapper) and reads "
+                "its settings from the environment it runs in, never from a recipe.",
+                hint=f"Remove it; to set {key} for kiln, set it where you run kiln.",
+            )
         if key.startswith(CACHE_ENV_PREFIXES):
             raise RecipeError(
                 f"{recipe_path}: build.env.{key} configures the compiler cache, which kiln "
