@@ -224,6 +224,37 @@ def test_changed_compiler_version_misses(kiln: Kiln, tmp_path: Path) -> None:
     assert changed["cache"]["misses"] == first["cache"]["total"]
 
 
+def test_the_recipes_cc_is_the_compiler_behind_the_fronts(
+    kiln: Kiln, tmp_path: Path, installed
+) -> None:
+    """A recipe's build.env CC and CXX reach setuptools through kiln's fronts: every TU
+    compiles with them, through the cache. The fronts used to put gcc there instead,
+    saying nothing."""
+    log = tmp_path / "compiles.log"
+    (tmp_path / "bin").mkdir()
+    for name, real in (("my-cc", "gcc"), ("my-c++", "g++")):
+        shim = tmp_path / "bin" / name
+        shim.write_text(
+            f'#!/bin/sh\ncase " $* " in *" -c "*) echo "{name} $*" >> {log};; esac\n'
+            f'exec {shutil.which(real)} "$@"\n'
+        )
+        shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+    tree = copy_example("demo-cpp", tmp_path)
+    recipe = recipe_for(
+        tree, "demo-cpp", tmp_path,
+        **{"env = {}": f'env = {{ CC = "{tmp_path}/bin/my-cc", CXX = "{tmp_path}/bin/my-c++" }}'},
+    )  # fmt: skip
+    cold = build(kiln, recipe, tmp_path)
+    compiled = log.read_text().splitlines()
+    assert len(compiled) == cold["cache"]["total"] >= 24
+    assert all(line.startswith("my-c++ ") for line in compiled if ".cpp" in line)
+    answer = installed(cold["wheel"]["path"], "import demo_cpp; print(demo_cpp.checksum())")
+    assert int(answer) == expected_checksum(tree)
+    hot = build(kiln, recipe, tmp_path)
+    assert hot["cache"]["misses"] == 0 and hot["cache"]["hits"] == cold["cache"]["total"]
+    assert len(log.read_text().splitlines()) == len(compiled)  # hits run no compiler
+
+
 def test_sccache_backend_rebuild_is_all_hits(kiln: Kiln, tmp_path: Path, installed) -> None:
     tree = copy_example("demo-cpp", tmp_path)
     recipe = recipe_for(tree, "demo-cpp", tmp_path)

@@ -70,3 +70,57 @@ def test_without_the_job_environment_a_compile_goes_straight_to_the_compiler(
     log.unlink(missing_ok=True)
     subprocess.run([env["CC"], "-c", "a.c"], env={"PATH": "/usr/bin:/bin"}, check=True)
     assert log.read_text().splitlines() == ["gcc -c a.c"]
+
+
+def _logging_compiler(path: Path, log: Path) -> Path:
+    path.write_text(f'#!/bin/sh\necho "$(basename "$0") $*" >> {log}\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("environ", "called"),
+    [
+        ({"CC": "{bin}/clang"}, "clang -c a.c"),  # the recipe's or the caller's CC
+        ({"CC": "ccache {bin}/clang -m64"}, "clang -m64 -c a.c"),  # kiln runs the cache
+        ({"CC": "{bin}/clang", "KILN_HOST_CC": "{bin}/gcc-13"}, "gcc-13 -c a.c"),
+        ({}, None),  # gcc, the default
+    ],
+)
+def test_the_front_runs_the_compiler_the_build_names(
+    tmp_path: Path, environ: dict[str, str], called: str | None
+) -> None:
+    """The fronts replace CC and CXX: a recipe that set CC = "clang" was built with gcc,
+    saying nothing."""
+    from wheelkiln.builder.toolchain import host_compilers
+
+    log, bin_dir = tmp_path / "log", tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("clang", "gcc-13"):
+        _logging_compiler(bin_dir / name, log)
+    filled = {key: value.replace("{bin}", str(bin_dir)) for key, value in environ.items()}
+    if called is None:
+        assert host_compilers(filled)["cc"] == ["gcc"]
+        return
+    env = toolchain_environment(
+        Launch(None, seat_wrapper=False), "setuptools", tmp_path / "kiln-bin",
+        scripts_dir=tmp_path / "s", environ=filled,
+    )  # fmt: skip
+    assert "CC" not in env  # no cache and no wrapper: the build's own CC stands
+    env = toolchain_environment(
+        Launch(str(bin_dir / "gcc-13")), "setuptools", tmp_path / "kiln-bin",
+        scripts_dir=tmp_path / "s", environ=filled,
+    )  # fmt: skip
+    log.unlink(missing_ok=True)  # the front's version probe
+    subprocess.run([env["CC"], "-c", "a.c"], env={"PATH": "/usr/bin:/bin"}, check=True)
+    assert log.read_text().splitlines() == [called]
+
+
+def test_a_compiler_that_is_not_a_command_line_is_refused_by_its_name() -> None:
+    from wheelkiln.builder.toolchain import host_compilers
+    from wheelkiln.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"CC=\"clang '\" is not a command line \(No closing"):
+        host_compilers({"CC": "clang '"})
+    with pytest.raises(UsageError, match=r"CXX=.* is not a command line \(a line break in it\)"):
+        host_compilers({"CXX": "'g++\necho hi'"})

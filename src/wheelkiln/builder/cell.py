@@ -38,6 +38,7 @@ from wheelkiln.builder.toolchain import (
     Toolchain,
     cython_fronts,
     front_scripts_dir,
+    host_compilers,
     merge_cmake_args,
     probe_toolchain,
     toolchain_environment,
@@ -159,6 +160,7 @@ def build_cell(
     tree = job_dir / "src"
     title = f"{cell.id} {options.job.suffix}".rstrip()
     check_recipe_env(recipe.build.env, loaded.path)  # before any work
+    host_compilers({**os.environ, **recipe.build.env})  # a CC that is no command line, too
     mode = frontend.frontend_mode(os.environ)
     # Refused before any work when absent; a job's toolchain has it already.
     linker = (
@@ -225,6 +227,7 @@ def build_cell(
         job_dir / "kiln-bin",
         cuda_home_nvcc=recipe.build.cuda_home_nvcc,
         build_env=seen.path,
+        environ=env,
     )
     prepend = tool_env.pop("KILN_PATH_PREPEND", None)
     if "CMAKE_ARGS" in tool_env and env.get("CMAKE_ARGS"):  # the user's or recipe's go first

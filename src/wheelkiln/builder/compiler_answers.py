@@ -91,14 +91,20 @@ def file_identity(program: str | None) -> str:
 
 def _real_compiler(front: Path) -> str | None:
     """The compiler a host front script execs (its ``# wheelkiln host compiler front:
-    COMPILER: VERSION`` line, :func:`wheelkiln.builder.toolchain.host_front_script`)."""
+    COMMAND: VERSION`` line, :func:`wheelkiln.builder.toolchain.host_front_script`; the
+    command's first word, its arguments being in the front's own bytes)."""
     try:
         lines = front.read_text().splitlines()
     except OSError:
         return None
     for line in lines:
         if line.startswith("# wheelkiln host compiler front: "):
-            return line.removeprefix("# wheelkiln host compiler front: ").split(": ")[0]
+            command = line.removeprefix("# wheelkiln host compiler front: ").split(": ")[0]
+            try:
+                words = shlex.split(command)
+            except ValueError:
+                return None
+            return words[0] if words else None
     return None
 
 

@@ -182,13 +182,61 @@ def probe_bypass_line(target: list[str]) -> str:
     return f'case "$PWD $*" in {patterns}) {_exec_line(target)};; esac\n'
 
 
+HOST_COMPILERS = (("cc", "CC", "KILN_HOST_CC", "gcc"), ("c++", "CXX", "KILN_HOST_CXX", "g++"))
+"""Each front's name, the variable a build reads its compiler from, kiln's own setting
+for it, and the default."""
+CACHE_PROGRAMS = frozenset({"ccache", "sccache"})
+
+
+def host_compilers(environ: Mapping[str, str]) -> dict[str, list[str]]:
+    """The compiler (a program and any leading arguments) behind each CC/CXX front: kiln's
+    ``KILN_HOST_CC``/``KILN_HOST_CXX`` where set, else the ``CC``/``CXX`` the build would
+    read without kiln (the recipe's ``build.env``, or the environment kiln runs in: a
+    conda compiler, ``gcc-13``), else gcc and g++. The fronts replace CC and CXX, so a
+    recipe that set ``CC = "clang"`` was built with gcc, saying nothing. A cache the value
+    starts with (``ccache gcc``) is dropped: kiln runs the cache itself."""
+    from wheelkiln.errors import UsageError
+
+    chosen: dict[str, list[str]] = {}
+    for name, variable, own, default in HOST_COMPILERS:
+        source, value = next(
+            ((key, environ[key]) for key in (own, variable) if environ.get(key, "").strip()),
+            ("", default),
+        )
+        try:
+            if any(character in value for character in "\n\r\0"):
+                raise ValueError("a line break in it")
+            words = shlex.split(value)
+        except ValueError as error:
+            raise UsageError(
+                f"{source}={value!r} is not a command line ({error}).",
+                hint=f"Set {source} (in the recipe's build.env or where you run kiln) to "
+                f"the compiler and any arguments, e.g. {source}={default}.",
+            ) from None
+        if words and Path(words[0]).name in CACHE_PROGRAMS:
+            words = words[1:]
+        if not words or _is_front(words[0]):
+            words = [default]
+        chosen[name] = words
+    return chosen
+
+
+def _is_front(program: str) -> bool:
+    """Whether *program* is one of kiln's own fronts (a CC left by a kiln job)."""
+    try:
+        with open(shutil.which(program) or program, "rb") as handle:
+            return b"wheelkiln host compiler front" in handle.read(256)
+    except OSError:
+        return False
+
+
 FRONT_CACHE = "KILN_FRONT_CACHE"
 """The compiler cache the CC/CXX scripts compile through (unset: straight to the compiler)."""
 FRONT_SEAT = "KILN_FRONT_SEAT"
 """The seat wrapper's script, which the CC/CXX scripts hand every call to in shard jobs."""
 
 
-def host_front_script(compiler: str, name: str | None = None) -> str:
+def host_front_script(compiler: list[str], name: str | None = None) -> str:
     """The body of the CC/CXX script: the same bytes in shard jobs and link jobs, and
     wherever kiln and the cache are installed.
 
@@ -215,20 +263,20 @@ def host_front_script(compiler: str, name: str | None = None) -> str:
     from wheelkiln.builder.compiler_answers import QUESTIONS, answer_line
 
     mapped = f' ${{{DEBUG_PREFIX}:+"-fdebug-prefix-map=${DEBUG_PREFIX}=."}}'
-    real = shlex.quote(compiler)
+    real = shlex.join(compiler)
     return (
-        f"# wheelkiln host compiler front: {compiler}: {compiler_identity(compiler)}\n"
+        f"# wheelkiln host compiler front: {real}: {compiler_identity(compiler[0])}\n"
         # meson's compiler detection, answered from what this compiler said before.
         + (answer_line(name) if name is not None and name in QUESTIONS else "")
         + f'case "${SEAT_SWITCH}" in 1) exec "${FRONT_SEAT}" {real} "$@"{mapped};; esac\n'
         # nvcc's own host passes (-ccbin $CC) compile tmpxft_* temp files: ccache must
         # wrap nvcc itself, never its host compiler, so those go straight through.
         f'case "$*" in *tmpxft_*) exec {real} "$@";; esac\n'
-        + probe_bypass_line([compiler])
+        + probe_bypass_line(compiler)
         # A call that compiles nothing (a link, -E, --version: meson's compiler
         # detection) is no cache's to store: ccache would count it uncacheable and run
         # the compiler, one more process start per link and probe.
-        + f'case " $* " in *" -c "*|*" -S "*) ;; *) {_exec_line([compiler])}{mapped};; esac\n'
+        + f'case " $* " in *" -c "*|*" -S "*) ;; *) {_exec_line(compiler)}{mapped};; esac\n'
         + f'exec ${{{FRONT_CACHE}:+"${FRONT_CACHE}"}} {real} "$@"{mapped}'
     )
 
@@ -284,6 +332,7 @@ def toolchain_environment(
     cuda_home_nvcc: bool = False,
     build_env: Path | None = None,
     scripts_dir: Path | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Environment variables (and the front scripts they name) for one build.
 
@@ -294,6 +343,8 @@ def toolchain_environment(
     ``bin_dir`` (in the job's directory) holds only job-local helpers (the merged CUDA
     wheel headers, the CUDA_HOME shim). ``build_env`` is the cell's build environment:
     its NVIDIA wheels' headers go on CUDA_INC_PATH where the toolkit lacks them.
+    ``environ`` is the job's environment so far (default: kiln's own), which names the
+    compilers behind the fronts (:func:`host_compilers`).
     """
     from wheelkiln import per_tu
     from wheelkiln.cache import launch as cache_launch
@@ -303,10 +354,7 @@ def toolchain_environment(
     # `cxx` and of $CUDA_HOME/bin/nvcc; torch 2.14 reads this name in _wrap_compiler
     # (any non-empty value). Every compile goes through exactly one cache: ours.
     env: dict[str, str] = {"TORCH_NO_COMPILER_WRAPPER": "1"}
-    host = {
-        "cc": os.environ.get("KILN_HOST_CC", "gcc"),
-        "c++": os.environ.get("KILN_HOST_CXX", "g++"),
-    }
+    host = host_compilers(os.environ if environ is None else environ)
     scripts = scripts_dir or front_scripts_dir()
     seat_argv = per_tu.seat_wrapper_argv(real_python())
     env[SEAT_SWITCH] = "1" if launch.seat_wrapper else "0"
