@@ -253,6 +253,9 @@ def test_the_recipes_cc_is_the_compiler_behind_the_fronts(
     hot = build(kiln, recipe, tmp_path)
     assert hot["cache"]["misses"] == 0 and hot["cache"]["hits"] == cold["cache"]["total"]
     assert len(log.read_text().splitlines()) == len(compiled)  # hits run no compiler
+    # Its version is one of the build's inputs (the wheel cache's digest), beside gcc's.
+    assert cold["tool_versions"]["cc"].startswith(f"{tmp_path}/bin/my-cc: gcc (")
+    assert cold["tool_versions"]["c++"].startswith(f"{tmp_path}/bin/my-c++: g++ (")
 
 
 def test_sccache_backend_rebuild_is_all_hits(kiln: Kiln, tmp_path: Path, installed) -> None:

@@ -124,3 +124,22 @@ def test_a_compiler_that_is_not_a_command_line_is_refused_by_its_name() -> None:
         host_compilers({"CC": "clang '"})
     with pytest.raises(UsageError, match=r"CXX=.* is not a command line \(a line break in it\)"):
         host_compilers({"CXX": "'g++\necho hi'"})
+
+
+def test_a_chosen_compilers_version_is_a_tool_version(tmp_path: Path) -> None:
+    from wheelkiln.builder import probes
+    from wheelkiln.builder.toolchain import chosen_compiler_versions
+
+    version = tmp_path / "version"
+    version.write_text("clang version 18.1.0\n")
+    clang = tmp_path / "clang"
+    clang.write_text(f'#!/bin/sh\n[ "$1" = --version ] && cat {version}\n')
+    clang.chmod(0o755)
+    assert chosen_compiler_versions({}) == {}  # gcc and g++: the gcc entry says it
+    probes.start_job()
+    assert chosen_compiler_versions({"CC": f"ccache {clang} -m64"}) == {
+        "cc": f"{clang} -m64: clang version 18.1.0"
+    }
+    version.write_text("clang version 19.1.0\n")
+    probes.start_job()  # the next job asks again
+    assert chosen_compiler_versions({"CC": str(clang)})["cc"].endswith("version 19.1.0")

@@ -36,6 +36,7 @@ from wheelkiln.builder.toolchain import (
     DEBUG_PREFIX,
     Launch,
     Toolchain,
+    chosen_compiler_versions,
     cython_fronts,
     front_scripts_dir,
     host_compilers,
@@ -97,7 +98,8 @@ def job_toolchain(loaded: LoadedRecipe, options: BuildOptions) -> Toolchain:
     workdir = resolve_workdir(options.workdir)
     linker = linker_versions(loaded.recipe.build.linker, loaded.path, os.environ)
     tools = probe_toolchain(make_cache(loaded, options, workdir, workdir))
-    return Toolchain({**tools.versions, **linker})
+    chosen = chosen_compiler_versions({**os.environ, **loaded.recipe.build.env})
+    return Toolchain({**tools.versions, **chosen, **linker})
 
 
 def job_directory(workdir: Path, cell: Cell, suffix: str) -> Path:
@@ -331,7 +333,11 @@ def build_cell(
     versions = (
         toolchain.as_dict()
         if toolchain is not None
-        else {**probe_toolchain(cache).as_dict(), **linker}
+        else {
+            **probe_toolchain(cache).as_dict(),
+            **chosen_compiler_versions({**os.environ, **recipe.build.env}),
+            **linker,
+        }
     )
     log_path = job_dir / "build.log"
     try:

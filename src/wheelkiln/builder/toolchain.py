@@ -221,6 +221,21 @@ def host_compilers(environ: Mapping[str, str]) -> dict[str, list[str]]:
     return chosen
 
 
+def chosen_compiler_versions(environ: Mapping[str, str]) -> dict[str, str]:
+    """``cc`` and ``c++`` (the command and its ``--version`` line) where the build names a
+    compiler other than gcc and g++ (:func:`host_compilers`; CMake reads ``CC`` and
+    ``CXX`` too), for the tool versions: the wheel cache's input digest and the
+    fingerprint shards and their link job compare. The ``gcc`` entry alone said nothing
+    of a clang the recipe chose, so a new clang was served the old wheel."""
+    chosen: dict[str, str] = {}
+    for (name, _, _, default), words in zip(
+        HOST_COMPILERS, host_compilers(environ).values(), strict=True
+    ):
+        if words != [default]:
+            chosen[name] = f"{shlex.join(words)}: {compiler_identity(words[0])}"
+    return chosen
+
+
 def _is_front(program: str) -> bool:
     """Whether *program* is one of kiln's own fronts (a CC left by a kiln job)."""
     try:

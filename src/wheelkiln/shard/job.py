@@ -65,7 +65,9 @@ def toolchain_fingerprint(
 ) -> dict[str, Any]:
     """What must be equal between shards and their link job for cache entries to match."""
     return {
-        "compilers": {k: v for k, v in sorted(versions.items()) if k in ("gcc", "nvcc", "linker")},
+        "compilers": {
+            k: v for k, v in sorted(versions.items()) if k in ("gcc", "nvcc", "linker", "cc", "c++")
+        },
         "cache": {k: v for k, v in versions.items() if k in ("ccache", "sccache")},
         "arch_list": list(cell.arch_list),
         "build_env": dict(sorted(loaded.recipe.build.env.items())),
