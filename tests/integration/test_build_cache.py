@@ -197,18 +197,22 @@ def test_setuptools_nvcc_host_only_edit_is_not_a_stale_hit(
     assert installed(edited["wheel"]["path"], code) == "223"
 
 
+def shim_compiler(path: Path, real: str, before: str) -> Path:
+    """A compiler at *path* that runs the shell line *before*, then *real* with its
+    arguments."""
+    path.write_text(f'#!/bin/sh\n{before}\nexec {shutil.which(real)} "$@"\n')
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+    return path
+
+
 def test_changed_compiler_version_misses(kiln: Kiln, tmp_path: Path) -> None:
     """A compiler whose --version output changes (same path, same mtime) must miss."""
     version_file = tmp_path / "version.txt"
     version_file.write_text("shimcc 1.0\n")
     (tmp_path / "bin").mkdir()
     for name in ("gcc", "g++"):
-        shim = tmp_path / "bin" / name
-        shim.write_text(
-            f'#!/bin/sh\nif [ "$1" = "--version" ]; then cat {version_file}; exit 0; fi\n'
-            f'exec {shutil.which(name)} "$@"\n'
-        )
-        shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+        shim_compiler(tmp_path / "bin" / name, name,
+                      f'if [ "$1" = "--version" ]; then cat {version_file}; exit 0; fi')  # fmt: skip
     tree = copy_example("demo-cpp", tmp_path)
     recipe = recipe_for(tree, "demo-cpp", tmp_path)
     env = {
@@ -233,12 +237,8 @@ def test_the_recipes_cc_is_the_compiler_behind_the_fronts(
     log = tmp_path / "compiles.log"
     (tmp_path / "bin").mkdir()
     for name, real in (("my-cc", "gcc"), ("my-c++", "g++")):
-        shim = tmp_path / "bin" / name
-        shim.write_text(
-            f'#!/bin/sh\ncase " $* " in *" -c "*) echo "{name} $*" >> {log};; esac\n'
-            f'exec {shutil.which(real)} "$@"\n'
-        )
-        shim.chmod(shim.stat().st_mode | stat.S_IEXEC)
+        shim_compiler(tmp_path / "bin" / name, real,
+                      f'case " $* " in *" -c "*) echo "{name} $*" >> {log};; esac')  # fmt: skip
     tree = copy_example("demo-cpp", tmp_path)
     recipe = recipe_for(
         tree, "demo-cpp", tmp_path,
