@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -97,9 +98,22 @@ def job_toolchain(loaded: LoadedRecipe, options: BuildOptions) -> Toolchain:
     probes.start_job()
     workdir = resolve_workdir(options.workdir)
     linker = linker_versions(loaded.recipe.build.linker, loaded.path, os.environ)
-    tools = probe_toolchain(make_cache(loaded, options, workdir, workdir))
-    chosen = chosen_compiler_versions({**os.environ, **loaded.recipe.build.env})
-    return Toolchain({**tools.versions, **chosen, **linker})
+    return Toolchain(_tool_versions(make_cache(loaded, options, workdir, workdir), loaded, linker))
+
+
+def _tool_versions(
+    cache: CacheBackend | None, loaded: LoadedRecipe, linker: Mapping[str, str]
+) -> dict[str, str]:
+    """What a job's tool versions are made of, in one place: a link job (its
+    :func:`job_toolchain`) and its shards (:func:`build_cell` without one) compare them."""
+    chosen = chosen_compiler_versions(_compilers_named(loaded))
+    return {**probe_toolchain(cache).as_dict(), **chosen, **linker}
+
+
+def _compilers_named(loaded: LoadedRecipe) -> dict[str, str]:
+    """Where a build's compilers are named (``CC``, ``CXX``, ``KILN_HOST_CC``...): the
+    environment kiln runs in and the recipe's ``build.env``."""
+    return {**os.environ, **loaded.recipe.build.env}
 
 
 def job_directory(workdir: Path, cell: Cell, suffix: str) -> Path:
@@ -162,7 +176,7 @@ def build_cell(
     tree = job_dir / "src"
     title = f"{cell.id} {options.job.suffix}".rstrip()
     check_recipe_env(recipe.build.env, loaded.path)  # before any work
-    host_compilers({**os.environ, **recipe.build.env})  # a CC that is no command line, too
+    host_compilers(_compilers_named(loaded))  # a CC that is no command line, too
     mode = frontend.frontend_mode(os.environ)
     # Refused before any work when absent; a job's toolchain has it already.
     linker = (
@@ -333,11 +347,7 @@ def build_cell(
     versions = (
         toolchain.as_dict()
         if toolchain is not None
-        else {
-            **probe_toolchain(cache).as_dict(),
-            **chosen_compiler_versions({**os.environ, **recipe.build.env}),
-            **linker,
-        }
+        else _tool_versions(cache, loaded, linker)
     )
     log_path = job_dir / "build.log"
     try:
