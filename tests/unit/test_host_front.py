@@ -28,11 +28,9 @@ def test_only_compiles_go_through_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], through_cache: bool
 ) -> None:
     log = tmp_path / "log"
-    compiler, cache = tmp_path / "gcc", tmp_path / "ccache"
-    compiler.write_text(f'#!/bin/sh\necho "gcc $*" >> {log}\n')
+    compiler, cache = _logging_compiler(tmp_path / "gcc", log), tmp_path / "ccache"
     cache.write_text(f'#!/bin/sh\necho "cache $*" >> {log}\nexec "$@"\n')
-    for script in (compiler, cache):
-        script.chmod(0o755)
+    cache.chmod(0o755)
     monkeypatch.setenv("KILN_HOST_CC", str(compiler))
     env = toolchain_environment(
         Launch(str(cache)), "meson", tmp_path / "bin", scripts_dir=tmp_path / "scripts"
@@ -59,9 +57,7 @@ def test_without_the_job_environment_a_compile_goes_straight_to_the_compiler(
     """The script names no cache of its own (its bytes are the same wherever kiln is
     installed): run again by hand, without the job's environment, it still compiles."""
     log = tmp_path / "log"
-    compiler = tmp_path / "gcc"
-    compiler.write_text(f'#!/bin/sh\necho "gcc $*" >> {log}\n')
-    compiler.chmod(0o755)
+    compiler = _logging_compiler(tmp_path / "gcc", log)
     monkeypatch.setenv("KILN_HOST_CC", str(compiler))
     env = toolchain_environment(
         Launch(str(tmp_path / "ccache")), "meson", tmp_path / "bin", scripts_dir=tmp_path / "s"
