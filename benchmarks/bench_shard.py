@@ -20,6 +20,9 @@ measured in this run:
   time on a shared host also moves with what else runs there); with --cold-rounds K, K
   rounds of the unsharded cold build and then its N shards, each round in a workdir and
   caches of its own, and the median of the rounds' ratios
+* where each round's sum goes: every job's tail (the slot-seconds idle at the end of its
+  compiles, and the TU that ends them: see ``wheelkiln.plan.timeline``) and its seconds
+  outside the compiles (start, configure, links, install, archives), from the traces
 * seat-wrapper cost per TU over a direct ccache hit, and per stub  (goal <= +10 ms;
   skipped with --rounds 0)
 * with --compare-linker L: shards again with ``build.linker = L``, then K link jobs with
@@ -56,7 +59,9 @@ from wheelkiln.builder.toolchain import real_python  # noqa: E402
 from wheelkiln.cache.backend import CacheConfig  # noqa: E402
 from wheelkiln.cache.ccache import Ccache  # noqa: E402
 from wheelkiln.cells import shard_job_suffix  # noqa: E402
+from wheelkiln.plan.timeline import compile_tail  # noqa: E402
 from wheelkiln.shard import wrapper  # noqa: E402
+from wheelkiln.shard.trace import TRACE_SUFFIX, read_trace  # noqa: E402
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, read_wrapper_log  # noqa: E402
 
 
@@ -73,6 +78,11 @@ def kiln(*args: str | Path, check: bool = True) -> dict[str, Any]:
         sys.exit(f"kiln {' '.join(map(str, args))} failed:\n{done.stderr[-3000:]}")
     record: dict[str, Any] = json.loads(done.stdout)
     record["job_seconds"] = round(job_seconds, 3)
+    if "--out" in args:  # the job's trace is the newest one in its --out
+        traces = Path(args[args.index("--out") + 1]).glob(f"*{TRACE_SUFFIX}")
+        newest = max(traces, key=lambda path: path.stat().st_mtime_ns, default=None)
+        tail = compile_tail(read_trace(newest)) if newest is not None else None
+        record["tail"] = tail.as_dict() if tail is not None else None
     print(f"  {job_seconds:.1f} s (build step {record.get('wall_seconds', 0):.1f} s)", file=sys.stderr)
     return record
 
@@ -148,6 +158,28 @@ def outside(record: dict[str, Any]) -> float:
 
 def median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
+
+
+def breakdown(plain: dict[str, Any], done: list[dict[str, Any]]) -> dict[str, Any]:
+    """Where one round's shard sum differs from its cold build: each job's tail (the
+    slot-seconds idle at the end of its compiles, and the TU that ends them) and its
+    seconds outside the compiles (the kiln process less first TU start to last TU end:
+    start, configure, links, install, archives)."""
+
+    def parts(record: dict[str, Any]) -> dict[str, Any]:
+        tail = record.get("tail") or {}
+        return {
+            "tail_idle_slot_seconds": tail.get("tail_idle_slot_seconds"),
+            "tail_tu": (tail.get("tail_tus") or [None])[0],
+            "outside_compiles_seconds": round(record["job_seconds"] - tail["compile_seconds"], 3)
+            if tail else None,
+        }
+
+    return {"cold": parts(plain), "shards": [parts(record) for record in done]}
+
+
+def total(values: list[float | None]) -> float | None:
+    return None if any(v is None for v in values) else round(sum(v or 0.0 for v in values), 3)
 
 
 def main() -> None:
@@ -260,6 +292,7 @@ def main() -> None:
             "median_shard_sum_over_cold": median(
                 [sum(s["job_seconds"] for s in done) / plain["job_seconds"] for plain, done in rounds]
             ),
+            "rounds_breakdown": [breakdown(plain, done) for plain, done in rounds],
             "rounds_shard_cpu_sum_over_cold_cpu": [
                 round(sum(s["cpu_seconds"] for s in done) / plain["cpu_seconds"], 3) for plain, done in rounds
             ],
@@ -316,6 +349,16 @@ def main() -> None:
     if args.cold_rounds > 1:
         print(f"  the same, {args.cold_rounds} rounds: median {jobs['median_shard_sum_over_cold']:.2f} "
               f"({', '.join(f'{x:.2f}' for x in jobs['rounds_shard_sum_over_cold'])})")
+    for number, split in enumerate(jobs["rounds_breakdown"], 1):
+        cold_part, shard_parts = split["cold"], split["shards"]
+        idle = total([x["tail_idle_slot_seconds"] for x in shard_parts])
+        beside = total([x["outside_compiles_seconds"] for x in shard_parts])
+        if idle is None or beside is None or cold_part["tail_idle_slot_seconds"] is None:
+            continue  # a build without a ninja log: no TU times to find a tail in
+        ending = ", ".join(str(x["tail_tu"]).rsplit("/", 1)[-1] for x in shard_parts)
+        print(f"  round {number}: slot-seconds idle in the tails: shards {idle:.1f} ({ending}), cold "
+              f"{cold_part['tail_idle_slot_seconds']:.1f}; outside the compiles: shards {beside:.1f} s, "
+              f"cold {cold_part['outside_compiles_seconds']:.1f} s")
     spent = jobs["outside_build_seconds"]
     print(f"  outside the build step         = cold {spent['unsharded_cold']:.2f} s, hot {spent['hot']:.2f} s, "
           f"shards {', '.join(f'{x:.2f}' for x in spent['shards'])} s, link {spent['link']:.2f} s")

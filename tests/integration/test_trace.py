@@ -220,6 +220,9 @@ def test_kiln_timeline_merges_one_cells_jobs_and_marks_the_critical_path(
     assert data["critical_path_seconds"] == pytest.approx(
         data["jobs"][1]["seconds"] + data["jobs"][2]["seconds"]
     )
+    for job in data["jobs"]:  # each job's tail, from its own TUs' times
+        assert 0 <= job["tail_seconds"] <= job["compile_seconds"]
+        assert set(job["tail_tus"]) <= set(TUS)
     assert len(data["slowest_tus"]) == 10  # of 12 TU events
     assert data["slowest_tus"][0]["seconds"] >= data["slowest_tus"][-1]["seconds"]
     merged_trace = json.loads(merged.read_text())

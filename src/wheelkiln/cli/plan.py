@@ -248,7 +248,8 @@ def timeline_command(
 
     RECORDS are build records (their <record>.trace.json beside them is read), traces,
     or directories holding traces. Marks the critical path (the slowest shard, then the
-    link job) and lists the slowest TUs.
+    link job), lists the slowest TUs, and each job's tail: the end of its compiles with a
+    job slot idle, waiting for the last TU.
     """
     from rich.table import Table
 
@@ -267,7 +268,7 @@ def timeline_command(
     if as_json:
         _emit_json(data)
     table = Table(title=f"kiln timeline: {timeline.cell}", title_justify="left")
-    for column in ("job", "starts at (s)", "seconds", "TUs", "critical path"):
+    for column in ("job", "starts at (s)", "seconds", "TUs", "tail (s)", "critical path"):
         table.add_column(column, justify="left" if column == "job" else "right")
     for job in data["jobs"]:
         table.add_row(
@@ -275,9 +276,21 @@ def timeline_command(
             f"{job['offset_seconds']:.1f}",
             f"{job['seconds']:.1f}",
             str(job["tus"]),
+            f"{job['tail_seconds']:.1f}" if "tail_seconds" in job else "",
             "yes" if job["job"] in timeline.critical else "",
         )
     ui.console.print(table)
+    ui.info(
+        "tail: the end of a job's compiles with a job slot idle, and the TU that ends it:"
+    )
+    for job in data["jobs"]:
+        if job.get("tail_tus"):
+            ui.info(
+                escape(
+                    f"  {job['job']:<10} {job['tail_seconds']:6.1f} s  "
+                    f"{job['tail_idle_slot_seconds']:6.1f} slot-s idle  {job['tail_tus'][0]}"
+                )
+            )
     ui.info(
         escape(
             f"critical path: {' + '.join(timeline.critical)} = {timeline.critical_seconds:.1f} s"

@@ -6,6 +6,13 @@ path**: the slowest shard, then the link job. By default the timeline lays the j
 that way (every shard from zero, the link job after the slowest shard), which is also
 how a local run that shared cores between shards would have gone on separate machines;
 ``real_time`` keeps the recorded times instead.
+
+Each job's **tail** is the end of its compiles with a job slot idle: from the last
+moment every slot ran a TU to the end of the last TU. ninja (1.12 and later) starts the
+ready edge with the longest chain of edges after it, then the first in the manifest, and
+never knows how long an edge takes; so a target whose objects have one edge fewer after
+them (a Python module linked against the package's own library) compiles last, and a
+shard that holds one long such TU ends on it alone. The tail is what that costs.
 """
 
 from __future__ import annotations
@@ -41,6 +48,63 @@ class Job:
     @property
     def seconds(self) -> float:
         return self.end - self.start
+
+
+@dataclass(frozen=True)
+class Tail:
+    """The end of a job's compiles with a slot idle (see the module's doc)."""
+
+    compile_seconds: float
+    """First TU start to last TU end."""
+    slots: int
+    """The most TUs that ran at once."""
+    seconds: float
+    idle_slot_seconds: float
+    """Slot-seconds idle in the tail: what the job's cores waited at its end."""
+    tus: tuple[str, ...]
+    """The TUs still running in the tail, the last to end first."""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "compile_seconds": round(self.compile_seconds, 3),
+            "slots": self.slots,
+            "tail_seconds": round(self.seconds, 3),
+            "tail_idle_slot_seconds": round(self.idle_slot_seconds, 3),
+            "tail_tus": list(self.tus),
+        }
+
+
+def compile_tail(trace: dict[str, Any]) -> Tail | None:
+    """The tail of one job's trace; None for a trace without TUs."""
+    spans = [
+        (event["ts"] / 1e6, (event["ts"] + event["dur"]) / 1e6, str(event["name"]))
+        for event in trace["traceEvents"]
+        if event["ph"] == "X"
+    ]
+    if not spans:
+        return None
+    # Ends before starts at one instant: a slot handed from one TU to the next is busy.
+    changes = sorted([(start, 1) for start, _, _ in spans] + [(end, -1) for _, end, _ in spans])
+    running = slots = 0
+    full_until = 0.0
+    timeline: list[tuple[float, int]] = []
+    for moment, step in changes:
+        running += step
+        timeline.append((moment, running))
+        slots = max(slots, running)
+    first, last = changes[0][0], changes[-1][0]
+    for number, (_moment, count) in enumerate(timeline):
+        if count == slots:
+            full_until = timeline[number + 1][0]
+    idle = sum(
+        (slots - count) * (timeline[number + 1][0] - moment)
+        for number, (moment, count) in enumerate(timeline[:-1])
+        if moment >= full_until
+    )
+    in_tail = sorted(
+        ((end, name) for _start, end, name in spans if end > full_until), reverse=True
+    )
+    return Tail(last - first, slots, last - full_until, idle, tuple(n for _e, n in in_tail))
 
 
 @dataclass(frozen=True)
@@ -103,6 +167,7 @@ class Timeline:
                     "seconds": round(job.seconds, 3),
                     "tus": sum(1 for e in job.trace["traceEvents"] if e["ph"] == "X"),
                     "trace": str(job.path),
+                    **(tail.as_dict() if (tail := compile_tail(job.trace)) else {}),
                 }
                 for job in self.jobs
             ],
