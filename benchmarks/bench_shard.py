@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/bench_shard.py [RECIPE] [--count N] [--rounds R]
         [--no-balanced] [--compare-linker mold|lld] [--link-rounds K] [--pairs K]
-        [--cold-rounds K] [--json]
+        [--cold-rounds K] [--compare-ahead] [--json]
 
 The shards run one at a time, so each is timed alone, as it would be on its own
 machine. Every job is timed two ways: its build step (the record's ``wall_seconds``, the
@@ -20,6 +20,9 @@ measured in this run:
   time on a shared host also moves with what else runs there); with --cold-rounds K, K
   rounds of the unsharded cold build and then its N shards, each round in a workdir and
   caches of its own, and the median of the rounds' ratios
+* with --compare-ahead, each round's shards again without compiling ahead in their stubs'
+  slots (``KILN_SHARD_AHEAD=0``, see ``wheelkiln.shard.ahead``), each right after the
+  same shard with it
 * where each round's sum goes: every job's tail (the slot-seconds idle at the end of its
   compiles, and the TU that ends them: see ``wheelkiln.plan.timeline``) and its seconds
   outside the compiles (start, configure, links, install, archives), from the traces
@@ -65,12 +68,12 @@ from wheelkiln.shard.trace import TRACE_SUFFIX, read_trace  # noqa: E402
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, read_wrapper_log  # noqa: E402
 
 
-def kiln(*args: str | Path, check: bool = True) -> dict[str, Any]:
+def kiln(*args: str | Path, check: bool = True, env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run kiln; its JSON record, with the whole process's wall time as ``job_seconds``."""
     argv = [sys.executable, "-m", "wheelkiln", *map(str, args), "--json"]
     print("+ kiln", " ".join(map(str, args[:2])), "...", file=sys.stderr)
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, check=False, env=env)
     job_seconds = time.perf_counter() - started
     if done.returncode != 0:
         if not check:
@@ -151,6 +154,24 @@ def shard_all(recipe: Path, count: int, out: Path, common: tuple[str | Path, ...
             for i in range(count)]
 
 
+NO_AHEAD = {**os.environ, "KILN_SHARD_AHEAD": "0"}
+"""Shards without compiling ahead in their stubs' slots (``--compare-ahead``)."""
+
+
+def shards_with_and_without(recipe: Path, count: int, scratch: Path, name: str,
+                            common: tuple[str | Path, ...]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Each shard with compiling ahead and then without (in a workdir of its own), index
+    by index, so a change of the machine's speed hits both alike."""
+    off_work = ("--workdir", scratch / f"{name}-no-ahead-work")
+    pairs = [
+        (kiln("shard", recipe, "--index", str(i), "--count", str(count), "--out", scratch / name, *common),
+         kiln("shard", recipe, "--index", str(i), "--count", str(count), "--out", scratch / f"{name}-no-ahead",
+              *off_work, env=NO_AHEAD))
+        for i in range(count)
+    ]
+    return [on for on, _ in pairs], [off for _, off in pairs]
+
+
 def outside(record: dict[str, Any]) -> float:
     """A job's seconds outside its build step: the whole kiln process less the build."""
     return round(record["job_seconds"] - record["wall_seconds"], 3)
@@ -194,6 +215,8 @@ def main() -> None:
                         help="hot build and link job pairs, run alternately; the ratio is their median")
     parser.add_argument("--cold-rounds", type=int, default=1,
                         help="rounds of the unsharded cold build and its shards; the sum ratio is their median")
+    parser.add_argument("--compare-ahead", action="store_true",
+                        help="each round's shards again without compiling ahead (KILN_SHARD_AHEAD=0)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     recipe = resolve_recipe(args.recipe)
@@ -209,7 +232,12 @@ def main() -> None:
                     "--no-wheel-cache", *common)
         hot = kiln("build", recipe, "--out", scratch / "plain", "--cache-dir", scratch / "plain-cache",
                    "--no-wheel-cache", *common)
-        shards = shard_all(recipe, args.count, scratch / "shards", common)
+        without: list[list[dict[str, Any]]] = []
+        if args.compare_ahead:
+            shards, off = shards_with_and_without(recipe, args.count, scratch, "shards", common)
+            without.append(off)
+        else:
+            shards = shard_all(recipe, args.count, scratch / "shards", common)
         link = kiln("link", recipe, "--archives", scratch / "shards", "--out", scratch / "linked", *common)
         pairs = [(hot, link)]
         for _ in range(args.pairs - 1):  # alternately, so a change of load hits both alike
@@ -223,11 +251,15 @@ def main() -> None:
             # Its own workdir and caches, so the round's cold build and shards start as
             # cold as the first round's.
             round_work: tuple[str | Path, ...] = ("--workdir", scratch / f"work-{round_}")
-            rounds.append((
-                kiln("build", recipe, "--out", scratch / f"plain-{round_}", "--cache-dir",
-                     scratch / f"plain-cache-{round_}", "--no-wheel-cache", *round_work),
-                shard_all(recipe, args.count, scratch / f"shards-{round_}", round_work),
-            ))
+            plain = kiln("build", recipe, "--out", scratch / f"plain-{round_}", "--cache-dir",
+                         scratch / f"plain-cache-{round_}", "--no-wheel-cache", *round_work)
+            if args.compare_ahead:
+                done, off = shards_with_and_without(recipe, args.count, scratch, f"shards-{round_}",
+                                                    round_work)
+                without.append(off)
+            else:
+                done = shard_all(recipe, args.count, scratch / f"shards-{round_}", round_work)
+            rounds.append((plain, done))
         planned: list[dict[str, Any]] = []
         planned_link: dict[str, Any] = {}
         if not args.no_balanced:
@@ -293,6 +325,19 @@ def main() -> None:
                 [sum(s["job_seconds"] for s in done) / plain["job_seconds"] for plain, done in rounds]
             ),
             "rounds_breakdown": [breakdown(plain, done) for plain, done in rounds],
+            **({
+                "rounds_shard_sum_over_cold_without_ahead": [
+                    round(sum(s["job_seconds"] for s in done) / plain["job_seconds"], 3)
+                    for (plain, _), done in zip(rounds, without, strict=True)
+                ],
+                "median_shard_sum_over_cold_without_ahead": median([
+                    sum(s["job_seconds"] for s in done) / plain["job_seconds"]
+                    for (plain, _), done in zip(rounds, without, strict=True)
+                ]),
+                "rounds_breakdown_without_ahead": [
+                    breakdown(plain, done) for (plain, _), done in zip(rounds, without, strict=True)
+                ],
+            } if without else {}),
             "rounds_shard_cpu_sum_over_cold_cpu": [
                 round(sum(s["cpu_seconds"] for s in done) / plain["cpu_seconds"], 3) for plain, done in rounds
             ],
@@ -349,6 +394,9 @@ def main() -> None:
     if args.cold_rounds > 1:
         print(f"  the same, {args.cold_rounds} rounds: median {jobs['median_shard_sum_over_cold']:.2f} "
               f"({', '.join(f'{x:.2f}' for x in jobs['rounds_shard_sum_over_cold'])})")
+    if without:
+        print(f"  the same without compiling ahead: median {jobs['median_shard_sum_over_cold_without_ahead']:.2f} "
+              f"({', '.join(f'{x:.2f}' for x in jobs['rounds_shard_sum_over_cold_without_ahead'])})")
     for number, split in enumerate(jobs["rounds_breakdown"], 1):
         cold_part, shard_parts = split["cold"], split["shards"]
         idle = total([x["tail_idle_slot_seconds"] for x in shard_parts])
@@ -359,6 +407,10 @@ def main() -> None:
         print(f"  round {number}: slot-seconds idle in the tails: shards {idle:.1f} ({ending}), cold "
               f"{cold_part['tail_idle_slot_seconds']:.1f}; outside the compiles: shards {beside:.1f} s, "
               f"cold {cold_part['outside_compiles_seconds']:.1f} s")
+        if without:
+            other = jobs["rounds_breakdown_without_ahead"][number - 1]["shards"]
+            print(f"           without compiling ahead: tails {total([x['tail_idle_slot_seconds'] for x in other])}"
+                  f" slot-seconds ({', '.join(str(x['tail_tu']).rsplit('/', 1)[-1] for x in other)})")
     spent = jobs["outside_build_seconds"]
     print(f"  outside the build step         = cold {spent['unsharded_cold']:.2f} s, hot {spent['hot']:.2f} s, "
           f"shards {', '.join(f'{x:.2f}' for x in spent['shards'])} s, link {spent['link']:.2f} s")

@@ -22,6 +22,10 @@ SRC_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """The ``src`` directory holding the ``wheelkiln`` package."""
 
 
+SEAT_SCRIPT = "kiln-seat"
+"""The name of the script that starts the seat wrapper (the CMake launcher; the CC/CXX
+fronts exec it in shards): shard/ahead.py finds ninja's compiles by it."""
+
 CYTHON_FRONT_MARK = "wheelkiln Cython front"
 """In every Cython front script, so :func:`wheelkiln.cache.cython.find_real` skips them."""
 

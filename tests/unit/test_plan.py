@@ -208,3 +208,40 @@ def test_kiln_plan_static_json_completes_on_every_bundled_recipe(kiln: Kiln, rec
     # demo-cython's C TUs exist only once Cython has run: a static scan of its tree finds
     # none (the census pass, which builds, does).
     assert (len(data["census"]["tus"]) > 0) == (recipe != "demo-cython")
+
+
+def _job(job_dir: Path, edges: dict[str, tuple[int, int]], records: list[dict[str, object]]) -> None:
+    """A job directory: its tree's sources, a compile database, ninja's log of *edges*
+    (source name -> start and end ms) and, for a shard, its wrapper log."""
+    build, tree = job_dir / "build", job_dir / "src"
+    build.mkdir(parents=True)
+    (tree / "src").mkdir(parents=True)
+    entries = []
+    lines = ["# ninja log v6"]
+    for name, (start, end) in edges.items():
+        (tree / "src" / name).write_text("int x;\n")
+        output = f"obj/{name}.o"
+        entries.append({"directory": str(build), "file": str(tree / "src" / name),
+                        "command": f"g++ -c {tree / 'src' / name} -o {output}", "output": output})
+        lines.append(f"{start}\t{end}\t0\t{output}\t0")
+    (build / "compile_commands.json").write_text(json.dumps(entries))
+    (build / ".ninja_log").write_text("\n".join(lines) + "\n")
+    if records:
+        (job_dir / "wrapper.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_a_shards_ninja_log_times_no_tu_its_stub_slots_compiled_others_in(tmp_path: Path) -> None:
+    """A stub's edge in a shard's ninja log can hold another TU compiled ahead in its slot
+    (shard/ahead.py): the wrapper log times that shard's TUs; an unsharded build's ninja
+    log times its own."""
+    from wheelkiln.plan.census import read_history
+
+    _job(tmp_path / "pkg-shard-0-of-2", {"a.cpp": (0, 3000), "b.cpp": (0, 9000)}, [
+        {"tu": "src/a.cpp", "action": "compile", "seconds": 0.02},  # a cache hit...
+        {"tu": "src/a.cpp", "action": "ahead", "seconds": 8.5},  # ...of this compile
+        {"tu": "src/b.cpp", "action": "stub", "seconds": 0.01},  # its slot held a.cpp's
+    ])  # fmt: skip
+    _job(tmp_path / "pkg", {"c.cpp": (10, 4010)}, [])
+    history = read_history([tmp_path])
+    assert history.seconds == {"src/a.cpp": 8.5, "src/c.cpp": 4.0}
+    assert history.seen == {"src/a.cpp", "src/b.cpp", "src/c.cpp"}

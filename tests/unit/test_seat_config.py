@@ -35,6 +35,7 @@ SEAT = SeatConfig(
     partition_map_path="/w/map.json",
     build_dir="/w/pkg-shard-2/build",
     placeholder_object="/w/pkg-shard-2/placeholder.o",
+    ahead_dir="/w/pkg-shard-2/ahead",
 )
 
 
@@ -68,3 +69,11 @@ def test_no_cache_means_none_even_with_one_in_the_callers_environment() -> None:
     uncached = SeatConfig(shard_index=0, shard_count=2, package_root="/w/src")
     read = SeatConfig.from_environ({"KILN_CACHE": "/old/ccache", **uncached.to_environ()})
     assert read.cache is None
+
+
+def test_only_the_shard_job_says_where_tus_are_claimed_for_compiling_ahead() -> None:
+    """A KILN_AHEAD_DIR left in the caller's shell would have a shard without one (the
+    source partition) claim TUs in another job's directory."""
+    source = SeatConfig(package_root="/w/src", log_path="/w/log", stub_object="/w/e.o")
+    read = SeatConfig.from_environ({"KILN_AHEAD_DIR": "/old/ahead", **source.to_environ()})
+    assert read.ahead_dir is None

@@ -52,6 +52,9 @@ SCRUBBED = (
     # for each job that has one: one left in the caller's shell must not reach a job
     # that has none.
     "KILN_FRONT_CACHE",
+    # Marks a compile one call of a shard started for another (shard/ahead.py): left in
+    # the caller's shell, every compile of a shard would be logged as one and none claimed.
+    "KILN_AHEAD_CHILD",
 )
 """Caller's variables that never reach a build (besides foreign cache settings)."""
 

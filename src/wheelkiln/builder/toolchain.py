@@ -374,7 +374,7 @@ def toolchain_environment(
     seat_argv = per_tu.seat_wrapper_argv(real_python())
     env[SEAT_SWITCH] = "1" if launch.seat_wrapper else "0"
     front = launch.cache
-    seat = install_script(scripts, "kiln-seat", _exec_line(seat_argv))
+    seat = install_script(scripts, per_tu.SEAT_SCRIPT, _exec_line(seat_argv))
     if launch.seat_wrapper:
         # The wrapper's own settings (the cache it compiles through, its slice) are the
         # shard job's: wheelkiln.shard.wrapper.SeatConfig.to_environ.

@@ -284,6 +284,10 @@ def read_history(paths: Iterable[Path]) -> History:
         if path.is_dir():
             for build_dir in sorted({log.parent for log in path.rglob(".ninja_log")}):
                 job_dir = build_dir.parent
+                if (job_dir / WRAPPER_LOG).is_file():
+                    # A shard's: its wrapper log timed its compiles, and ninja's edge of a
+                    # stub can hold another TU compiled ahead in its slot (shard/ahead.py).
+                    continue
                 tree = job_dir / "src"
                 for key, seconds in read_ninja_log(build_dir, tree).items():
                     history.seconds.setdefault(key, seconds)

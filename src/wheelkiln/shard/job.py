@@ -39,6 +39,7 @@ from wheelkiln.errors import UsageError
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.settings import BuildOptions, seat_job
+from wheelkiln.shard import ahead
 from wheelkiln.shard.gate import (
     ExpectedCompile,
     ShardGateResult,
@@ -245,6 +246,11 @@ def run_shard(
         ),
         build_dir=str(job_dir / "build"),
         placeholder_object=str(placeholder),
+        ahead_dir=(
+            str(job_dir / "ahead")
+            if partition == "seat" and os.environ.get(ahead.SWITCH, "").strip() != "0"
+            else None
+        ),
     )
     shard_options = seat_job(
         options,

@@ -80,15 +80,19 @@ from wheelkiln.shard import partition  # noqa: E402
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from typing import NoReturn
 
+AHEAD_CHILD = "KILN_AHEAD_CHILD"
+"""In the environment of an ahead compile (:data:`wheelkiln.shard.ahead.CHILD`, named
+here too so the compile path imports nothing more)."""
 _NOT_A_FILE = frozenset({"-", "/dev/null", "NUL", "nul"})
 _TEMP_ROOTS_DEFAULT = ("/tmp", "/var/tmp")
 _SYMBOLS_LOGGED = 8
 
 ACTIONS = (
     "compile",
+    "ahead",
     "stub",
     "probe",
     "host-pass",
@@ -108,6 +112,7 @@ class SeatConfig:
     """The wrapper's configuration, read from ``KILN_*`` environment variables."""
 
     __slots__ = (
+        "ahead_dir",
         "build_dir",
         "cache",
         "log_path",
@@ -130,6 +135,7 @@ class SeatConfig:
         partition_map_path: str | None = None,
         build_dir: str | None = None,
         placeholder_object: str | None = None,
+        ahead_dir: str | None = None,
     ) -> None:
         self.shard_index = shard_index
         self.shard_count = shard_count
@@ -144,6 +150,9 @@ class SeatConfig:
         self.placeholder_object = placeholder_object
         """The object a deferred shared-library link links instead of its own (None: no
         link is deferred)."""
+        self.ahead_dir = ahead_dir
+        """Where this shard's TUs are claimed for compiling ahead (None: none is;
+        :mod:`wheelkiln.shard.ahead`)."""
 
     @property
     def seat_active(self) -> bool:
@@ -156,13 +165,15 @@ class SeatConfig:
         written, empty when unset, so that a value left in the caller's environment
         never reaches the wrapper: the shard count and index decide whether the seat
         partition acts at all (a stray count would make a source-partitioned shard
-        partition a second time), and the cache is the one the build was asked for
-        (none with ``--cache none``)."""
+        partition a second time), the cache is the one the build was asked for
+        (none with ``--cache none``), and only the shard job says where its TUs are
+        claimed for compiling ahead."""
         seat = self.shard_count is not None
         environ = {
             "KILN_SHARD_INDEX": str(self.shard_index) if seat else "",
             "KILN_SHARD_COUNT": str(self.shard_count) if seat else "",
             "KILN_CACHE": self.cache or "",
+            "KILN_AHEAD_DIR": self.ahead_dir or "",
         }
         optional = {
             "KILN_PACKAGE_ROOT": self.package_root,
@@ -186,6 +197,7 @@ class SeatConfig:
             partition_map_path=environ.get("KILN_PARTITION_MAP") or None,
             build_dir=environ.get("KILN_BUILD_DIR") or None,
             placeholder_object=environ.get("KILN_PLACEHOLDER_OBJECT") or None,
+            ahead_dir=environ.get("KILN_AHEAD_DIR") or None,
         )
         if not count_text:
             return config
@@ -731,6 +743,8 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
 
     if action == "link":
         return run_link(compiler, args, cwd, decision, config)
+    ahead_dir = _ahead_dir(config)
+    held: int | None = None
     if action == "stub":
         assert decision.output is not None
         write_stub(config.stub_object, decision.output)
@@ -739,9 +753,15 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
     elif action == "host-pass":
         exit_code = spawn_and_wait(argv)
     else:  # compile, passthrough: the real thing, through the cache; a probe past it
+        if action == "compile" and ahead_dir and decision.output:
+            held = _before_compile(ahead_dir, decision.output, config)
         cache = None if action == "probe" else config.cache  # as the link job's fronts do
         command = launch.compile_command(cache, compiler, args)
         exit_code = spawn_and_wait(command, launch.compile_environment(cache, compiler))
+        if held is not None:
+            os.close(held)
+    if action == "compile" and os.environ.get(AHEAD_CHILD) == "1":
+        action = "ahead"  # started by another call of this shard (shard/ahead.py)
     append_record(
         config.log_path,
         _record(
@@ -754,7 +774,58 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
             cwd,
         ),
     )
+    if action == "stub" and ahead_dir:
+        _after_stub(ahead_dir, config)  # this slot's time, after the stub's own record
     return _exit_code(exit_code)
+
+
+def _before_compile(ahead_dir: str, output: str, config: SeatConfig) -> int | None:
+    """:func:`wheelkiln.shard.ahead.before_compile`; where compiling ahead itself fails
+    (its directory unwritable, a damaged queue), the TU is compiled as without it."""
+    from wheelkiln.shard import ahead
+
+    try:
+        return ahead.before_compile(ahead_dir, output, _owned(config))
+    except (OSError, ValueError) as error:
+        sys.stderr.write(f"kiln wrapper: compiling ahead is off for this call: {error}\n")
+        return None
+
+
+def _after_stub(ahead_dir: str, config: SeatConfig) -> None:
+    """:func:`wheelkiln.shard.ahead.after_stub`: an optimisation, so a failure of its own
+    never fails the stub."""
+    from wheelkiln.shard import ahead
+
+    try:
+        ahead.after_stub(ahead_dir, _owned(config))
+    except (OSError, ValueError) as error:
+        sys.stderr.write(f"kiln wrapper: compiling ahead is off for this call: {error}\n")
+
+
+def _ahead_dir(config: SeatConfig) -> str | None:
+    """Where this call claims TUs for compiling ahead, or None: compiling ahead needs the
+    seat partition and a cache, and a call an ahead compile started takes no claim."""
+    if not (config.ahead_dir and config.cache and config.seat_active):
+        return None
+    return None if os.environ.get(AHEAD_CHILD) == "1" else config.ahead_dir
+
+
+def _owned(config: SeatConfig) -> Callable[[list[str], str], str | None]:
+    """The output of a command line of ninja's when it is one of this shard's compiles."""
+    from wheelkiln.per_tu import SEAT_SCRIPT
+
+    partition_map = _partition_map(config)
+
+    def owned(words: list[str], cwd: str) -> str | None:
+        inner = words[1:] if os.path.basename(words[0]) == SEAT_SCRIPT else words
+        if not inner:
+            return None
+        decision = decide(
+            inner[0], inner[1:], cwd, config, called_by_nvcc=False, partition_map=partition_map
+        )
+        return decision.output if decision.action == "compile" else None
+
+    return owned
 
 
 def launcher_argv(python: str | None = None) -> list[str]:

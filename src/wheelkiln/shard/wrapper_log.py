@@ -30,6 +30,7 @@ MAX_LINE_BYTES = 16 * 1024**2
 
 Action = Literal[
     "compile",
+    "ahead",
     "stub",
     "probe",
     "host-pass",

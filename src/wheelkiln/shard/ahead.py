@@ -1,0 +1,240 @@
+"""Compiles ahead: a shard's own TUs compiled in the job slots ninja gives its stubs,
+the ones ninja would start last first (stdlib only: the seat wrapper imports it).
+
+ninja (1.12 and later) starts the ready edge with the longest chain of edges after it,
+then the first in its manifest; it never knows how long an edge takes. A target whose
+objects have one edge fewer after them (a Python module linked against the package's own
+library) therefore compiles last, and a shard that owns one long such TU ends on it
+alone, a core idle: in awkward-cpp at N=3, every shard ended on one of its module's TUs
+(8-11 s each), 16-22 slot-seconds idle per round of three shards (``kiln timeline``
+shows each job's tail).
+
+Most calls in a shard are stubs, done in milliseconds, and the slot a stub holds is
+free for a compile. So after writing its stub, a stub call compiles one of the shard's
+own TUs that nobody has started yet, taken from the **end** of the build's command list
+(``ninja -t commands``, in the order ninja's tool lists them). The compile runs exactly
+as ninja's own call would (the same command through ``/bin/sh -c``, so through the seat
+wrapper, in ninja's directory), output discarded, its wrapper record an ``ahead``. When ninja starts that
+TU, its compile finds the result in the cache, so the object, the depfile and the
+diagnostics come from ninja's own call as always; an ahead compile that failed (a header
+the build has not generated yet) leaves nothing that call relies on.
+
+One process compiles a TU at a time: a **claim** (a file per output, created already
+locked) is taken by whoever starts it, ninja's call or an ahead compile. A ninja call
+whose TU is being compiled ahead compiles the next TU ahead meanwhile, and waits only
+when none is left. Nothing is held while waiting, so nothing waits in a circle.
+
+Off without a compiler cache (ninja's call would compile again), outside the seat
+partition, for builds ninja does not run, and with ``KILN_SHARD_AHEAD=0``.
+
+Files in ``KILN_AHEAD_DIR``: ``queue`` (one TU per line: its output, directory and
+ninja's command, NUL-separated), ``cursor`` (the next line to take), ``queue.lock``, ``claims/``, and
+``exhausted`` once every line was taken.
+"""
+
+# Per-TU path: os strings, no pathlib (see wrapper.py).
+# ruff: noqa: PTH103, PTH105, PTH108, PTH110, PTH115, PTH118, PTH119, PTH120
+from __future__ import annotations
+
+import fcntl
+import os
+import zlib
+
+from wheelkiln.per_tu import SEAT_SCRIPT
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+SWITCH = "KILN_SHARD_AHEAD"
+"""``0`` turns compiling ahead off (to compare; it is on by default)."""
+CHILD = "KILN_AHEAD_CHILD"
+"""Set in an ahead compile's environment: the wrapper it starts compiles, logs an
+``ahead`` record, and takes no claim (the wrapper's ``AHEAD_CHILD``: the wrapper imports
+this module only when it compiles ahead, and a unit test keeps the two equal)."""
+
+
+def _claim_path(directory: str, output: str) -> str:
+    # A collision only makes one TU wait for another's compile, never skips a compile.
+    return os.path.join(directory, "claims", f"{zlib.crc32(output.encode()):08x}-{len(output)}")
+
+
+def claim(directory: str, output: str) -> int | None:
+    """Take *output*'s claim: an open descriptor holding its lock (close it when the
+    compile is over), or None when someone took it first."""
+    path = _claim_path(directory, output)
+    staged = f"{path}.{os.getpid()}"
+    fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # locked before anyone can see it
+    try:
+        os.link(staged, path)
+    except FileExistsError:
+        os.close(fd)
+        return None
+    finally:
+        os.unlink(staged)
+    return fd
+
+
+def _compile_over(directory: str, output: str, *, wait: bool) -> bool:
+    """Whether the compile that claimed *output* has ended (with *wait*: once it has)."""
+    fd = os.open(_claim_path(directory, output), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def _running_ninja() -> tuple[str, str] | None:
+    """(executable, directory) of the ninja running this build: an ancestor of this
+    process (ninja starts each command through ``/bin/sh -c``), or None."""
+    pid = os.getppid()
+    for _ in range(3):
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+            if os.path.basename(exe) == "ninja":
+                return exe, os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                pid = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+    return None
+
+
+def is_kiln_front(word: str, seat: str | None) -> bool:
+    """Whether a command's first word starts the seat wrapper: its launcher script, or a
+    compiler front installed beside it (meson and setuptools builds)."""
+    if os.path.basename(word) == SEAT_SCRIPT:
+        return True
+    return bool(seat) and os.path.dirname(word) == os.path.dirname(seat or "")
+
+
+def build_queue(
+    ninja: str, cwd: str, owned: Callable[[list[str], str], str | None]
+) -> list[str]:
+    """The shard's own compiles, ninja's last first, as queue lines (output, directory
+    and ninja's command, NUL-separated). A command is split here only to decide whose it
+    is; it runs as ninja runs it, through ``/bin/sh -c``."""
+    import shlex
+    import subprocess
+
+    done = subprocess.run(
+        [ninja, "-t", "commands"], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        return []
+    seat = os.environ.get("KILN_FRONT_SEAT")
+    lines: list[str] = []
+    for text in done.stdout.splitlines():
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            continue
+        if not words or not is_kiln_front(words[0], seat) or "\n" in text or "\0" in text:
+            continue
+        output = owned(words, cwd)
+        if output is not None:
+            lines.append("\0".join([output, cwd, text]))
+    lines.reverse()
+    return lines
+
+
+def _make_queue(directory: str, owned: Callable[[list[str], str], str | None]) -> str:
+    """The queue's path, the queue built first by the first process that needs it (under
+    ``queue.lock``)."""
+    path = os.path.join(directory, "queue")
+    if not os.path.exists(path):
+        found = _running_ninja()
+        lines = build_queue(found[0], found[1], owned) if found else []
+        staged = f"{path}.{os.getpid()}"
+        with open(staged, "wb") as handle:
+            handle.write(b"".join(os.fsencode(line) + b"\n" for line in lines))
+        os.replace(staged, path)
+    return path
+
+
+Taken = tuple[int, str, str]
+"""A claimed TU: (claim descriptor, directory, ninja's command)."""
+
+
+def take(directory: str, owned: Callable[[list[str], str], str | None]) -> Taken | None:
+    """The next TU nobody has started, claimed, or None when every one was taken. The
+    cursor is a byte offset into the queue, so a call reads only from where the last one
+    stopped."""
+    if os.path.exists(os.path.join(directory, "exhausted")):
+        return None
+    os.makedirs(os.path.join(directory, "claims"), exist_ok=True)
+    with open(os.path.join(directory, "queue.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cursor_path = os.path.join(directory, "cursor")
+        try:
+            with open(cursor_path) as handle:
+                offset = int(handle.read() or 0)
+        except (OSError, ValueError):
+            offset = 0
+        taken = None
+        with open(_make_queue(directory, owned), "rb") as queue:
+            queue.seek(offset)
+            while taken is None and (line := queue.readline()):
+                output, cwd, command = os.fsdecode(line.rstrip(b"\n")).split("\0")
+                fd = claim(directory, output)
+                if fd is not None:
+                    taken = (fd, cwd, command)
+            offset = queue.tell()
+            if not queue.peek(1):  # every line taken: later stubs skip all of this
+                with open(os.path.join(directory, "exhausted"), "w"):
+                    pass
+        with open(cursor_path, "w") as handle:
+            handle.write(str(offset))
+        return taken
+
+
+def compile_ahead(item: Taken) -> None:
+    """Run one taken TU's command as ninja would, its output discarded, then release its
+    claim. The wrapper that command starts compiles and logs an ``ahead`` record."""
+    import subprocess
+
+    fd, cwd, command = item
+    try:
+        subprocess.run(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env={**os.environ, CHILD: "1"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+    except OSError:
+        pass  # ninja's own call runs it and says why
+    finally:
+        os.close(fd)
+
+
+def after_stub(directory: str, owned: Callable[[list[str], str], str | None]) -> None:
+    """In a stub's slot: compile one TU ahead, if one is left."""
+    item = take(directory, owned)
+    if item is not None:
+        compile_ahead(item)
+
+
+def before_compile(
+    directory: str, output: str, owned: Callable[[list[str], str], str | None]
+) -> int | None:
+    """For ninja's own call of a TU of this shard: its claim to hold while compiling, or
+    None once an ahead compile of it has ended (then the compile is a cache hit). Compiles
+    other TUs ahead while one of this TU is running."""
+    os.makedirs(os.path.join(directory, "claims"), exist_ok=True)
+    held = claim(directory, output)
+    if held is not None:
+        return held
+    while not _compile_over(directory, output, wait=False):
+        item = take(directory, owned)
+        if item is None:
+            _compile_over(directory, output, wait=True)
+            break
+        compile_ahead(item)
+    return None

@@ -1,0 +1,84 @@
+"""Compiling ahead (shard/ahead.py): one claim per TU, taken by whoever starts it; the
+queue handed out from its end once each; a call whose TU is being compiled ahead
+compiles the next one meanwhile and waits only when none is left."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from wheelkiln.shard import ahead, wrapper
+
+
+def test_the_wrapper_and_the_queue_name_one_child_variable() -> None:
+    assert wrapper.AHEAD_CHILD == ahead.CHILD
+
+
+def test_a_claim_is_taken_once_and_over_when_its_holder_lets_go(tmp_path: Path) -> None:
+    (tmp_path / "claims").mkdir()
+    held = ahead.claim(str(tmp_path), "/b/x.o")
+    assert held is not None
+    assert ahead.claim(str(tmp_path), "/b/x.o") is None
+    assert not ahead._compile_over(str(tmp_path), "/b/x.o", wait=False)
+    os.close(held)
+    assert ahead._compile_over(str(tmp_path), "/b/x.o", wait=False)
+    assert ahead.claim(str(tmp_path), "/b/x.o") is None  # compiled once: never again
+    assert sorted(p.name for p in (tmp_path / "claims").iterdir()) == [
+        ahead._claim_path(str(tmp_path), "/b/x.o").rsplit("/", 1)[1]
+    ]  # no staged file left behind
+
+
+def write_queue(directory: Path, *items: tuple[str, str]) -> None:
+    """A queue as build_queue leaves it: (output, command) per line, run in
+    *directory*."""
+    (directory / "queue").write_text(
+        "".join("\0".join([output, str(directory), command]) + "\n" for output, command in items)
+    )
+
+
+def never(_words: list[str], _cwd: str) -> str | None:
+    raise AssertionError("the queue is built already")
+
+
+def test_the_queue_is_handed_out_in_order_each_tu_once(tmp_path: Path) -> None:
+    write_queue(tmp_path, ("/b/c.o", "true c"), ("/b/b.o", "true b"), ("/b/a.o", "true a"))
+    (tmp_path / "claims").mkdir()
+    started_by_ninja = ahead.claim(str(tmp_path), "/b/b.o")
+    first = ahead.take(str(tmp_path), never)
+    second = ahead.take(str(tmp_path), never)
+    assert first is not None and second is not None
+    assert (first[2], second[2]) == ("true c", "true a")  # b was ninja's
+    assert (tmp_path / "exhausted").is_file()
+    assert ahead.take(str(tmp_path), never) is None
+    for fd in (first[0], second[0], started_by_ninja):
+        assert fd is not None
+        os.close(fd)
+
+
+def test_a_call_whose_tu_is_compiled_ahead_compiles_the_next_meanwhile(tmp_path: Path) -> None:
+    (tmp_path / "claims").mkdir()
+    marker = tmp_path / "b-compiled"
+    # Another process compiles a.o ahead: it holds a.o's claim until b.o has been
+    # compiled, so a.o's call can only get past its wait by compiling b.o itself first.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys, time; from wheelkiln.shard import ahead; "
+         f"fd = ahead.claim({str(tmp_path)!r}, '/b/a.o'); print(fd is not None, flush=True); "
+         f"deadline = time.monotonic() + 60\n"
+         f"while not os.path.exists({str(marker)!r}) and time.monotonic() < deadline: "
+         "time.sleep(0.01)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    with holder:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "True"
+        write_queue(
+            tmp_path, ("/b/b.o", f'test "$KILN_AHEAD_CHILD" = 1 && touch {marker}')
+        )
+        result = ahead.before_compile(str(tmp_path), "/b/a.o", never)
+        assert holder.wait(timeout=60) == 0
+    assert result is None  # a.o was compiled: ninja's call of it is a cache hit
+    assert marker.is_file()  # b.o, compiled ahead meanwhile, as an ahead compile
+    assert (tmp_path / "exhausted").is_file()
+    assert ahead.claim(str(tmp_path), "/b/b.o") is None
