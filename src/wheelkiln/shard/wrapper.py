@@ -22,7 +22,9 @@ Per call it decides, in this order:
 3. A one-source compile (a **TU**): with ``KILN_SHARD_COUNT`` unset it is a
    **passthrough** (the source partition); in slice it is a **compile** through the
    cache; out of slice it is a **stub**: a copy of ``KILN_STUB_OBJECT`` plus an empty
-   depfile where one was asked for.
+   depfile where one was asked for. Where ``KILN_AHEAD_DIR`` is set, a stub's slot then
+   compiles one of the shard's own TUs early (**ahead**: :mod:`wheelkiln.shard.ahead`),
+   and a compile first claims its TU there.
 4. A **link**:
 
    * A shared-library link that consumes an object this shard stubbed, or a library
@@ -50,13 +52,15 @@ Per call it decides, in this order:
 
 Environment: ``KILN_SHARD_INDEX``, ``KILN_SHARD_COUNT`` (unset/empty: source mode),
 ``KILN_PACKAGE_ROOT``, ``KILN_BUILD_DIR``, ``KILN_SHARD_LOG``, ``KILN_CACHE``, ``KILN_STUB_OBJECT``,
-``KILN_PLACEHOLDER_OBJECT`` (unset: no link is deferred), ``KILN_PARTITION_MAP``. Each
+``KILN_PLACEHOLDER_OBJECT`` (unset: no link is deferred), ``KILN_PARTITION_MAP``,
+``KILN_AHEAD_DIR`` (unset: nothing is compiled ahead). Each
 call appends one JSON line to ``KILN_SHARD_LOG``:
 ``{"tu", "action", "seconds", "exit", "output", "argv", "cwd", "pid"}``, and for a
 tolerated link the symbols the linker named (``"unresolved"``, ``"unresolved_count"``).
 
-Only ``os``, ``sys`` and ``time`` load on the compile path; ``json`` (which imports
-``re``), ``subprocess`` and the diagnostics regexes load only for links.
+Only ``os``, ``sys`` and ``time`` load on the compile path (and, in a shard that
+compiles ahead, ``fcntl`` and ``zlib`` for the claims); ``json`` (which imports ``re``),
+``subprocess`` and the diagnostics regexes load only for links and ahead compiles.
 """
 
 # Per-TU hot path: pathlib costs ~8 ms to import (fnmatch, re, urllib), so os.path strings.
