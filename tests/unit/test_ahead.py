@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from wheelkiln.shard import ahead, wrapper
 
 
@@ -82,3 +84,49 @@ def test_a_call_whose_tu_is_compiled_ahead_compiles_the_next_meanwhile(tmp_path:
     assert marker.is_file()  # b.o, compiled ahead meanwhile, as an ahead compile
     assert (tmp_path / "exhausted").is_file()
     assert ahead.claim(str(tmp_path), "/b/b.o") is None
+
+
+def test_the_queue_puts_the_longest_known_tus_first_then_ninjas_last(tmp_path: Path) -> None:
+    """From a real ninja's command list: this shard's compiles (a, c, d, e; b is another
+    shard's), the ones this builder timed longest first, then the rest, ninja's last
+    first, each as ninja would run it."""
+    import shutil
+
+    ninja = shutil.which("ninja")
+    assert ninja is not None, "ninja is on every builder"
+    seat = tmp_path / "bin" / "kiln-seat"
+    edges = "".join(f"build {name}.o: cc {name}.c\n" for name in "abcde")
+    (tmp_path / "build.ninja").write_text(
+        f"rule cc\n  command = {seat} g++ -c $in -o $out\n{edges}"
+        "rule link\n  command = g++ $in -o $out\n"
+        "build app: link a.o b.o c.o d.o e.o\ndefault app\n"
+    )
+
+    def owned(words: list[str], cwd: str) -> tuple[str, str | None] | None:
+        assert words[0] == str(seat) and cwd == str(tmp_path)
+        source = words[3]
+        return None if source == "b.c" else (f"{cwd}/{words[-1]}", f"src/{source}")
+
+    lines = ahead.build_queue(ninja, str(tmp_path), owned, {"src/c.c": 2.0, "src/a.c": 9.5})
+    assert [line.split("\0")[0].rsplit("/", 1)[1] for line in lines] == [
+        "a.o", "c.o", "e.o", "d.o"
+    ]  # fmt: skip
+    assert lines[0].split("\0") == [f"{tmp_path}/a.o", str(tmp_path), f"{seat} g++ -c a.c -o a.o"]
+
+
+def test_what_a_builder_timed_is_kept_per_cell_and_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from wheelkiln.shard.balance import TU_SECONDS_DIR, recall_seconds, remember_seconds
+
+    monkeypatch.setenv("KILN_STATE_HOME", str(tmp_path))
+    assert recall_seconds("pkg-py3.11-linux-x86_64") == {}
+    remember_seconds("pkg-py3.11-linux-x86_64", {"src/a.cpp": 3.25, "src/b.cpp": 1.0})
+    remember_seconds("pkg-py3.11-linux-x86_64", {"src/a.cpp": 4.5})  # the last time wins
+    assert recall_seconds("pkg-py3.11-linux-x86_64") == {"src/a.cpp": 4.5, "src/b.cpp": 1.0}
+    (tmp_path / TU_SECONDS_DIR / "pkg-py3.11-linux-x86_64.json").write_text("{torn")
+    assert recall_seconds("pkg-py3.11-linux-x86_64") == {}  # it only orders work
+    with pytest.raises(ValueError, match="not a cell id"):
+        remember_seconds("../elsewhere", {"src/a.cpp": 1.0})
+    ahead.write_seconds(str(tmp_path / "ahead"), {"src/a.cpp": 4.5, "src/odd\tname.cpp": 1.0})
+    assert ahead.read_seconds(str(tmp_path / "ahead")) == {"src/a.cpp": 4.5}

@@ -44,7 +44,11 @@ from wheelkiln.per_tu import SEAT_SCRIPT
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
+
+    Owned = Callable[[list[str], str], tuple[str, str | None] | None]
+    """A command line of ninja's and its directory: (output, TU key) when it is one of
+    this shard's compiles, else None (the wrapper's own decision)."""
 
 SWITCH = "KILN_SHARD_AHEAD"
 """``0`` turns compiling ahead off (to compare; it is on by default)."""
@@ -113,11 +117,12 @@ def is_kiln_front(word: str, seat: str | None) -> bool:
 
 
 def build_queue(
-    ninja: str, cwd: str, owned: Callable[[list[str], str], str | None]
+    ninja: str, cwd: str, owned: Owned, seconds: Mapping[str, float] | None = None
 ) -> list[str]:
-    """The shard's own compiles, ninja's last first, as queue lines (output, directory
-    and ninja's command, NUL-separated). A command is split here only to decide whose it
-    is; it runs as ninja runs it, through ``/bin/sh -c``."""
+    """The shard's own compiles as queue lines (output, directory and ninja's command,
+    NUL-separated): the longest first where *seconds* (what each TU took last time on
+    this builder) knows them, then the rest, ninja's last first. A command is split here
+    only to decide whose it is; it runs as ninja runs it, through ``/bin/sh -c``."""
     import shlex
     import subprocess
 
@@ -127,28 +132,66 @@ def build_queue(
     if done.returncode != 0:
         return []
     seat = os.environ.get("KILN_FRONT_SEAT")
-    lines: list[str] = []
-    for text in done.stdout.splitlines():
+    known = seconds or {}
+    timed: list[tuple[float, int, str]] = []
+    untimed: list[str] = []
+    for number, text in enumerate(done.stdout.splitlines()):
         try:
             words = shlex.split(text)
         except ValueError:
             continue
         if not words or not is_kiln_front(words[0], seat) or "\n" in text or "\0" in text:
             continue
-        output = owned(words, cwd)
-        if output is not None:
-            lines.append("\0".join([output, cwd, text]))
-    lines.reverse()
-    return lines
+        mine = owned(words, cwd)
+        if mine is None:
+            continue
+        line = "\0".join([mine[0], cwd, text])
+        if mine[1] is not None and mine[1] in known:
+            timed.append((-known[mine[1]], -number, line))
+        else:
+            untimed.append(line)
+    untimed.reverse()
+    return [line for *_key, line in sorted(timed)] + untimed
 
 
-def _make_queue(directory: str, owned: Callable[[list[str], str], str | None]) -> str:
+SECONDS_FILE = "seconds"
+"""In the ahead directory: ``SECONDS<TAB>TU`` per line, what each TU took when this
+builder last compiled it (the shard job writes it; the queue puts the longest first)."""
+
+
+def read_seconds(directory: str) -> dict[str, float]:
+    """The shard job's :data:`SECONDS_FILE`; empty without one."""
+    seconds: dict[str, float] = {}
+    try:
+        with open(os.path.join(directory, SECONDS_FILE), encoding="utf-8") as handle:
+            for line in handle:
+                value, _, tu = line.rstrip("\n").partition("\t")
+                try:
+                    seconds[tu] = float(value)
+                except ValueError:
+                    continue
+    except OSError:
+        return {}
+    return seconds
+
+
+def write_seconds(directory: str, seconds: Mapping[str, float]) -> None:
+    """Write :data:`SECONDS_FILE` for a shard's wrappers (TU keys hold no line break:
+    they are paths a compile database named, and one that does is left out)."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, SECONDS_FILE), "w", encoding="utf-8") as handle:
+        handle.writelines(
+            f"{value}\t{tu}\n" for tu, value in seconds.items() if "\n" not in tu and "\t" not in tu
+        )
+
+
+def _make_queue(directory: str, owned: Owned) -> str:
     """The queue's path, the queue built first by the first process that needs it (under
     ``queue.lock``)."""
     path = os.path.join(directory, "queue")
     if not os.path.exists(path):
         found = _running_ninja()
-        lines = build_queue(found[0], found[1], owned) if found else []
+        lines = build_queue(found[0], found[1], owned, read_seconds(directory)) if found else []
         staged = f"{path}.{os.getpid()}"
         with open(staged, "wb") as handle:
             handle.write(b"".join(os.fsencode(line) + b"\n" for line in lines))
@@ -160,7 +203,7 @@ Taken = tuple[int, str, str]
 """A claimed TU: (claim descriptor, directory, ninja's command)."""
 
 
-def take(directory: str, owned: Callable[[list[str], str], str | None]) -> Taken | None:
+def take(directory: str, owned: Owned) -> Taken | None:
     """The next TU nobody has started, claimed, or None when every one was taken. The
     cursor is a byte offset into the queue, so a call reads only from where the last one
     stopped."""
@@ -214,7 +257,7 @@ def compile_ahead(item: Taken) -> None:
         os.close(fd)
 
 
-def after_stub(directory: str, owned: Callable[[list[str], str], str | None]) -> None:
+def after_stub(directory: str, owned: Owned) -> None:
     """In a stub's slot: compile one TU ahead, if one is left."""
     item = take(directory, owned)
     if item is not None:
@@ -222,7 +265,7 @@ def after_stub(directory: str, owned: Callable[[list[str], str], str | None]) ->
 
 
 def before_compile(
-    directory: str, output: str, owned: Callable[[list[str], str], str | None]
+    directory: str, output: str, owned: Owned
 ) -> int | None:
     """For ninja's own call of a TU of this shard: its claim to hold while compiling, or
     None once an ahead compile of it has ended (then the compile is a cache hit). Compiles

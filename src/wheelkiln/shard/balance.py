@@ -99,3 +99,54 @@ def balance(costs: Mapping[str, float], count: int) -> BalancePlan:
     for tu, seconds in costs.items():
         hash_loads[shard_of(tu, count)] += seconds
     return BalancePlan(dict(sorted(mapping.items())), loads, hash_loads)
+
+
+TU_SECONDS_DIR = "tu-seconds"
+"""Under the state home: what each TU of a cell cost to compile, as this builder last
+timed it (:func:`remember_seconds`), which orders the TUs a shard compiles ahead."""
+_SECONDS_CAP = 4096
+"""TUs kept per cell: a record is read by every shard job of the cell."""
+
+
+def _seconds_path(cell_id: str) -> Path:
+    from wheelkiln.paths import state_home
+
+    if not cell_id or "/" in cell_id or cell_id.startswith("."):
+        raise ValueError(f"not a cell id: {cell_id!r}")
+    return state_home() / TU_SECONDS_DIR / f"{cell_id}.json"
+
+
+def recall_seconds(cell_id: str) -> dict[str, float]:
+    """The seconds each TU of *cell_id* took when this builder last compiled it; empty
+    when none was timed (or the record is damaged: it only orders work)."""
+    import json
+
+    try:
+        data = json.loads(_seconds_path(cell_id).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {
+        str(tu): float(seconds)
+        for tu, seconds in data.items()
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0
+    }
+
+
+def remember_seconds(cell_id: str, seconds: Mapping[str, float]) -> None:
+    """Keep what this job timed for *cell_id*'s TUs, over what was kept before (a TU's
+    last compile is the best guess at its next)."""
+    import json
+    import os
+
+    if not seconds:
+        return
+    path = _seconds_path(cell_id)
+    merged = {**recall_seconds(cell_id), **{tu: round(s, 3) for tu, s in seconds.items()}}
+    if len(merged) > _SECONDS_CAP:
+        merged = dict(sorted(merged.items(), key=lambda item: -item[1])[:_SECONDS_CAP])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staged.write_text(json.dumps(merged, sort_keys=True) + "\n", encoding="utf-8")
+    staged.replace(path)

@@ -40,6 +40,7 @@ from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.settings import BuildOptions, seat_job
 from wheelkiln.shard import ahead
+from wheelkiln.shard.balance import recall_seconds
 from wheelkiln.shard.gate import (
     ExpectedCompile,
     ShardGateResult,
@@ -215,7 +216,15 @@ def run_shard(
         partition_map_path = loaded.resolve(recipe.sharding.partition_map)
     partition_map = _read_partition_map(partition_map_path, count) if partition_map_path else None
 
+    ahead_dir = (
+        job_dir / "ahead"
+        if partition == "seat" and os.environ.get(ahead.SWITCH, "").strip() != "0"
+        else None
+    )
+
     def prepare(tree_path: Path) -> bool:
+        if ahead_dir is not None:  # the job directory is new: what this builder timed
+            ahead.write_seconds(str(ahead_dir), recall_seconds(cell.id))
         run.run(
             ["cc", "-c", "-x", "c", "/dev/null", "-o", str(stub)], what="Making the stub object"
         )
@@ -246,11 +255,7 @@ def run_shard(
         ),
         build_dir=str(job_dir / "build"),
         placeholder_object=str(placeholder),
-        ahead_dir=(
-            str(job_dir / "ahead")
-            if partition == "seat" and os.environ.get(ahead.SWITCH, "").strip() != "0"
-            else None
-        ),
+        ahead_dir=str(ahead_dir) if ahead_dir is not None else None,
     )
     shard_options = seat_job(
         options,

@@ -22,6 +22,7 @@ This module writes the format and reads it back (:func:`read_trace`); ``kiln tim
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from wheelkiln.cache.backend import TUOutcome
-from wheelkiln.errors import UsageError
+from wheelkiln.errors import GateError, UsageError
 from wheelkiln.shard.gate import read_compile_database
 from wheelkiln.shard.partition import tu_key
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, read_wrapper_log
@@ -248,12 +249,29 @@ def write_job_trace(
         )
         path = trace_path(record_path)
         path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
+        with contextlib.suppress(OSError, ValueError, GateError):  # it only orders work
+            _remember_compile_seconds(str(record.get("cell")), spans, job_dir, kind)
         return path
     except Exception as exc:  # the job's result stands whatever happens here
         from wheelkiln import ui
 
         ui.warn(f"No trace written beside {record_path}: {exc}")
         return None
+
+
+def _remember_compile_seconds(cell: str, spans: Sequence[Span], job_dir: Path, kind: str) -> None:
+    """What this job's real compiles took, for the next shard of the cell to compile its
+    longest TUs ahead first (:mod:`wheelkiln.shard.ahead`): a build's or link job's
+    misses; a shard's compiles from its wrapper log, where a TU compiled ahead is timed
+    (ninja's call of it was a cache hit)."""
+    from wheelkiln.shard.balance import remember_seconds, tu_costs
+
+    if kind == "shard":
+        log = job_dir / WRAPPER_LOG
+        seconds = tu_costs(read_wrapper_log(log)) if log.is_file() else {}
+    else:
+        seconds = {span.tu: span.seconds for span in spans if span.action == "miss"}
+    remember_seconds(cell, seconds)
 
 
 def read_trace(path: Path) -> dict[str, Any]:

@@ -814,20 +814,23 @@ def _ahead_dir(config: SeatConfig) -> str | None:
     return None if os.environ.get(AHEAD_CHILD) == "1" else config.ahead_dir
 
 
-def _owned(config: SeatConfig) -> Callable[[list[str], str], str | None]:
-    """The output of a command line of ninja's when it is one of this shard's compiles."""
+def _owned(config: SeatConfig) -> Callable[[list[str], str], tuple[str, str | None] | None]:
+    """The output and TU key of a command line of ninja's when it is one of this shard's
+    compiles."""
     from wheelkiln.per_tu import SEAT_SCRIPT
 
     partition_map = _partition_map(config)
 
-    def owned(words: list[str], cwd: str) -> str | None:
+    def owned(words: list[str], cwd: str) -> tuple[str, str | None] | None:
         inner = words[1:] if os.path.basename(words[0]) == SEAT_SCRIPT else words
         if not inner:
             return None
         decision = decide(
             inner[0], inner[1:], cwd, config, called_by_nvcc=False, partition_map=partition_map
         )
-        return decision.output if decision.action == "compile" else None
+        if decision.action != "compile" or decision.output is None:
+            return None
+        return decision.output, decision.tu
 
     return owned
 
