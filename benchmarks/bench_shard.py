@@ -191,6 +191,8 @@ def breakdown(plain: dict[str, Any], done: list[dict[str, Any]]) -> dict[str, An
         tail = record.get("tail") or {}
         return {
             "tail_idle_slot_seconds": tail.get("tail_idle_slot_seconds"),
+            # a slot idle inside ninja's edge, which the trace counts as busy
+            "ahead_waited_seconds": (record.get("shard") or {}).get("ahead_waited_seconds", 0.0),
             "tail_tu": (tail.get("tail_tus") or [None])[0],
             "outside_compiles_seconds": round(record["job_seconds"] - tail["compile_seconds"], 3)
             if tail else None,
@@ -404,7 +406,9 @@ def main() -> None:
         if idle is None or beside is None or cold_part["tail_idle_slot_seconds"] is None:
             continue  # a build without a ninja log: no TU times to find a tail in
         ending = ", ".join(str(x["tail_tu"]).rsplit("/", 1)[-1] for x in shard_parts)
-        print(f"  round {number}: slot-seconds idle in the tails: shards {idle:.1f} ({ending}), cold "
+        waited = sum(x["ahead_waited_seconds"] or 0.0 for x in shard_parts)
+        print(f"  round {number}: slot-seconds idle in the tails: shards {idle:.1f} ({ending}; and "
+              f"{waited:.1f} waiting for compiles ahead), cold "
               f"{cold_part['tail_idle_slot_seconds']:.1f}; outside the compiles: shards {beside:.1f} s, "
               f"cold {cold_part['outside_compiles_seconds']:.1f} s")
         if without:

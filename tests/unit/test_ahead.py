@@ -78,7 +78,7 @@ def test_a_call_whose_tu_is_compiled_ahead_compiles_the_next_meanwhile(tmp_path:
         write_queue(
             tmp_path, ("/b/b.o", f'test "$KILN_AHEAD_CHILD" = 1 && touch {marker}')
         )
-        result = ahead.before_compile(str(tmp_path), "/b/a.o", never)
+        result, _waited = ahead.before_compile(str(tmp_path), "/b/a.o", never)
         assert holder.wait(timeout=60) == 0
     assert result is None  # a.o was compiled: ninja's call of it is a cache hit
     assert marker.is_file()  # b.o, compiled ahead meanwhile, as an ahead compile
@@ -130,3 +130,21 @@ def test_what_a_builder_timed_is_kept_per_cell_and_read_back(
         remember_seconds("../elsewhere", {"src/a.cpp": 1.0})
     ahead.write_seconds(str(tmp_path / "ahead"), {"src/a.cpp": 4.5, "src/odd\tname.cpp": 1.0})
     assert ahead.read_seconds(str(tmp_path / "ahead")) == {"src/a.cpp": 4.5}
+
+
+def test_with_nothing_left_to_compile_a_call_waits_and_says_how_long(tmp_path: Path) -> None:
+    (tmp_path / "claims").mkdir()
+    write_queue(tmp_path)  # every TU taken
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; from wheelkiln.shard import ahead; "
+         f"fd = ahead.claim({str(tmp_path)!r}, '/b/a.o'); print(fd is not None, flush=True); "
+         "time.sleep(0.5)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    with holder:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "True"
+        result, waited = ahead.before_compile(str(tmp_path), "/b/a.o", never)
+        assert holder.wait(timeout=60) == 0
+    assert result is None
+    assert 0 < waited < 60

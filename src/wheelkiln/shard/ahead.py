@@ -264,20 +264,22 @@ def after_stub(directory: str, owned: Owned) -> None:
         compile_ahead(item)
 
 
-def before_compile(
-    directory: str, output: str, owned: Owned
-) -> int | None:
-    """For ninja's own call of a TU of this shard: its claim to hold while compiling, or
-    None once an ahead compile of it has ended (then the compile is a cache hit). Compiles
-    other TUs ahead while one of this TU is running."""
+def before_compile(directory: str, output: str, owned: Owned) -> tuple[int | None, float]:
+    """For ninja's own call of a TU of this shard: (its claim to hold while compiling, or
+    None once an ahead compile of it has ended, when the compile is a cache hit; the
+    seconds it waited for that with nothing else to do, its slot idle). Compiles other
+    TUs ahead while one of this TU is running."""
+    import time
+
     os.makedirs(os.path.join(directory, "claims"), exist_ok=True)
     held = claim(directory, output)
     if held is not None:
-        return held
+        return held, 0.0
     while not _compile_over(directory, output, wait=False):
         item = take(directory, owned)
         if item is None:
+            started = time.perf_counter()
             _compile_over(directory, output, wait=True)
-            break
+            return None, time.perf_counter() - started
         compile_ahead(item)
-    return None
+    return None, 0.0

@@ -322,6 +322,11 @@ def run_shard(
                     "slice_compiles": gate.slice_compiles,
                 },
                 "actions": gate.actions,
+                # ninja's calls that waited for their TU's compile ahead, slots idle: the
+                # tail compiling ahead can leave (shard/ahead.py)
+                "ahead_waited_seconds": round(
+                    sum(float(r.get("waited", 0.0)) for r in records), 3
+                ),
                 "archive": str(archive) if archive else None,
                 "handoff": handoff,
             }

@@ -749,6 +749,7 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
         return run_link(compiler, args, cwd, decision, config)
     ahead_dir = _ahead_dir(config)
     held: int | None = None
+    waited = 0.0
     if action == "stub":
         assert decision.output is not None
         write_stub(config.stub_object, decision.output)
@@ -758,7 +759,7 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
         exit_code = spawn_and_wait(argv)
     else:  # compile, passthrough: the real thing, through the cache; a probe past it
         if action == "compile" and ahead_dir and decision.output:
-            held = _before_compile(ahead_dir, decision.output, config)
+            held, waited = _before_compile(ahead_dir, decision.output, config)
         cache = None if action == "probe" else config.cache  # as the link job's fronts do
         command = launch.compile_command(cache, compiler, args)
         exit_code = spawn_and_wait(command, launch.compile_environment(cache, compiler))
@@ -766,24 +767,18 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
             os.close(held)
     if action == "compile" and os.environ.get(AHEAD_CHILD) == "1":
         action = "ahead"  # started by another call of this shard (shard/ahead.py)
-    append_record(
-        config.log_path,
-        _record(
-            decision.tu,
-            action,
-            time.perf_counter() - started,
-            exit_code,
-            decision.output,
-            argv,
-            cwd,
-        ),
+    record = _record(
+        decision.tu, action, time.perf_counter() - started, exit_code, decision.output, argv, cwd
     )
+    if waited > 0:
+        record["waited"] = waited
+    append_record(config.log_path, record)
     if action == "stub" and ahead_dir:
         _after_stub(ahead_dir, config)  # this slot's time, after the stub's own record
     return _exit_code(exit_code)
 
 
-def _before_compile(ahead_dir: str, output: str, config: SeatConfig) -> int | None:
+def _before_compile(ahead_dir: str, output: str, config: SeatConfig) -> tuple[int | None, float]:
     """:func:`wheelkiln.shard.ahead.before_compile`; where compiling ahead itself fails
     (its directory unwritable, a damaged queue), the TU is compiled as without it."""
     from wheelkiln.shard import ahead
@@ -792,7 +787,7 @@ def _before_compile(ahead_dir: str, output: str, config: SeatConfig) -> int | No
         return ahead.before_compile(ahead_dir, output, _owned(config))
     except (OSError, ValueError) as error:
         sys.stderr.write(f"kiln wrapper: compiling ahead is off for this call: {error}\n")
-        return None
+        return None, 0.0
 
 
 def _after_stub(ahead_dir: str, config: SeatConfig) -> None:

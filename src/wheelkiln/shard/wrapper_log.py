@@ -60,6 +60,9 @@ class WrapperRecord(TypedDict, total=False):
     unresolved: list[str]
     """For a tolerated link (``link-unresolved``): the first symbols the linker named."""
     unresolved_count: int
+    waited: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    """For a compile: the seconds it waited for its TU's compile ahead to end, its slot
+    idle (shard/ahead.py)."""
 
 
 _RECORD = TypeAdapter(WrapperRecord)
