@@ -20,9 +20,9 @@ measured in this run:
   time on a shared host also moves with what else runs there); with --cold-rounds K, K
   rounds of the unsharded cold build and then its N shards, each round in a workdir and
   caches of its own, and the median of the rounds' ratios
-* with --compare-ahead, each round's shards again without compiling ahead in their stubs'
-  slots (``KILN_SHARD_AHEAD=0``, see ``wheelkiln.shard.ahead``), each right after the
-  same shard with it
+* with --compare-ahead, each round's shards again compiling ahead in their stubs' slots
+  (``KILN_SHARD_AHEAD=1``, see ``wheelkiln.shard.ahead``), each right after the same
+  shard without it
 * where each round's sum goes: every job's tail (the slot-seconds idle at the end of its
   compiles, and the TU that ends them: see ``wheelkiln.plan.timeline``) and its seconds
   outside the compiles (start, configure, links, install, archives), from the traces
@@ -154,22 +154,22 @@ def shard_all(recipe: Path, count: int, out: Path, common: tuple[str | Path, ...
             for i in range(count)]
 
 
-NO_AHEAD = {**os.environ, "KILN_SHARD_AHEAD": "0"}
-"""Shards without compiling ahead in their stubs' slots (``--compare-ahead``)."""
+AHEAD = {**os.environ, "KILN_SHARD_AHEAD": "1"}
+"""Shards compiling ahead in their stubs' slots (``--compare-ahead``)."""
 
 
 def shards_with_and_without(recipe: Path, count: int, scratch: Path, name: str,
                             common: tuple[str | Path, ...]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Each shard with compiling ahead and then without (in a workdir of its own), index
-    by index, so a change of the machine's speed hits both alike."""
-    off_work = ("--workdir", scratch / f"{name}-no-ahead-work")
+    """Each shard as kiln runs it and then compiling ahead (in a workdir of its own),
+    index by index, so a change of the machine's speed hits both alike."""
+    ahead_work = ("--workdir", scratch / f"{name}-ahead-work")
     pairs = [
         (kiln("shard", recipe, "--index", str(i), "--count", str(count), "--out", scratch / name, *common),
-         kiln("shard", recipe, "--index", str(i), "--count", str(count), "--out", scratch / f"{name}-no-ahead",
-              *off_work, env=NO_AHEAD))
+         kiln("shard", recipe, "--index", str(i), "--count", str(count), "--out", scratch / f"{name}-ahead",
+              *ahead_work, env=AHEAD))
         for i in range(count)
     ]
-    return [on for on, _ in pairs], [off for _, off in pairs]
+    return [plain for plain, _ in pairs], [ahead for _, ahead in pairs]
 
 
 def outside(record: dict[str, Any]) -> float:
@@ -218,7 +218,7 @@ def main() -> None:
     parser.add_argument("--cold-rounds", type=int, default=1,
                         help="rounds of the unsharded cold build and its shards; the sum ratio is their median")
     parser.add_argument("--compare-ahead", action="store_true",
-                        help="each round's shards again without compiling ahead (KILN_SHARD_AHEAD=0)")
+                        help="each round's shards again compiling ahead (KILN_SHARD_AHEAD=1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     recipe = resolve_recipe(args.recipe)
@@ -234,10 +234,10 @@ def main() -> None:
                     "--no-wheel-cache", *common)
         hot = kiln("build", recipe, "--out", scratch / "plain", "--cache-dir", scratch / "plain-cache",
                    "--no-wheel-cache", *common)
-        without: list[list[dict[str, Any]]] = []
+        ahead: list[list[dict[str, Any]]] = []
         if args.compare_ahead:
-            shards, off = shards_with_and_without(recipe, args.count, scratch, "shards", common)
-            without.append(off)
+            shards, on = shards_with_and_without(recipe, args.count, scratch, "shards", common)
+            ahead.append(on)
         else:
             shards = shard_all(recipe, args.count, scratch / "shards", common)
         link = kiln("link", recipe, "--archives", scratch / "shards", "--out", scratch / "linked", *common)
@@ -256,9 +256,9 @@ def main() -> None:
             plain = kiln("build", recipe, "--out", scratch / f"plain-{round_}", "--cache-dir",
                          scratch / f"plain-cache-{round_}", "--no-wheel-cache", *round_work)
             if args.compare_ahead:
-                done, off = shards_with_and_without(recipe, args.count, scratch, f"shards-{round_}",
+                done, on = shards_with_and_without(recipe, args.count, scratch, f"shards-{round_}",
                                                     round_work)
-                without.append(off)
+                ahead.append(on)
             else:
                 done = shard_all(recipe, args.count, scratch / f"shards-{round_}", round_work)
             rounds.append((plain, done))
@@ -328,18 +328,18 @@ def main() -> None:
             ),
             "rounds_breakdown": [breakdown(plain, done) for plain, done in rounds],
             **({
-                "rounds_shard_sum_over_cold_without_ahead": [
+                "rounds_shard_sum_over_cold_with_ahead": [
                     round(sum(s["job_seconds"] for s in done) / plain["job_seconds"], 3)
-                    for (plain, _), done in zip(rounds, without, strict=True)
+                    for (plain, _), done in zip(rounds, ahead, strict=True)
                 ],
-                "median_shard_sum_over_cold_without_ahead": median([
+                "median_shard_sum_over_cold_with_ahead": median([
                     sum(s["job_seconds"] for s in done) / plain["job_seconds"]
-                    for (plain, _), done in zip(rounds, without, strict=True)
+                    for (plain, _), done in zip(rounds, ahead, strict=True)
                 ]),
-                "rounds_breakdown_without_ahead": [
-                    breakdown(plain, done) for (plain, _), done in zip(rounds, without, strict=True)
+                "rounds_breakdown_with_ahead": [
+                    breakdown(plain, done) for (plain, _), done in zip(rounds, ahead, strict=True)
                 ],
-            } if without else {}),
+            } if ahead else {}),
             "rounds_shard_cpu_sum_over_cold_cpu": [
                 round(sum(s["cpu_seconds"] for s in done) / plain["cpu_seconds"], 3) for plain, done in rounds
             ],
@@ -396,9 +396,9 @@ def main() -> None:
     if args.cold_rounds > 1:
         print(f"  the same, {args.cold_rounds} rounds: median {jobs['median_shard_sum_over_cold']:.2f} "
               f"({', '.join(f'{x:.2f}' for x in jobs['rounds_shard_sum_over_cold'])})")
-    if without:
-        print(f"  the same without compiling ahead: median {jobs['median_shard_sum_over_cold_without_ahead']:.2f} "
-              f"({', '.join(f'{x:.2f}' for x in jobs['rounds_shard_sum_over_cold_without_ahead'])})")
+    if ahead:
+        print(f"  the same compiling ahead: median {jobs['median_shard_sum_over_cold_with_ahead']:.2f} "
+              f"({', '.join(f'{x:.2f}' for x in jobs['rounds_shard_sum_over_cold_with_ahead'])})")
     for number, split in enumerate(jobs["rounds_breakdown"], 1):
         cold_part, shard_parts = split["cold"], split["shards"]
         idle = total([x["tail_idle_slot_seconds"] for x in shard_parts])
@@ -406,15 +406,15 @@ def main() -> None:
         if idle is None or beside is None or cold_part["tail_idle_slot_seconds"] is None:
             continue  # a build without a ninja log: no TU times to find a tail in
         ending = ", ".join(str(x["tail_tu"]).rsplit("/", 1)[-1] for x in shard_parts)
-        waited = sum(x["ahead_waited_seconds"] or 0.0 for x in shard_parts)
-        print(f"  round {number}: slot-seconds idle in the tails: shards {idle:.1f} ({ending}; and "
-              f"{waited:.1f} waiting for compiles ahead), cold "
+        print(f"  round {number}: slot-seconds idle in the tails: shards {idle:.1f} ({ending}), cold "
               f"{cold_part['tail_idle_slot_seconds']:.1f}; outside the compiles: shards {beside:.1f} s, "
               f"cold {cold_part['outside_compiles_seconds']:.1f} s")
-        if without:
-            other = jobs["rounds_breakdown_without_ahead"][number - 1]["shards"]
-            print(f"           without compiling ahead: tails {total([x['tail_idle_slot_seconds'] for x in other])}"
-                  f" slot-seconds ({', '.join(str(x['tail_tu']).rsplit('/', 1)[-1] for x in other)})")
+        if ahead:
+            other = jobs["rounds_breakdown_with_ahead"][number - 1]["shards"]
+            waited = sum(x["ahead_waited_seconds"] or 0.0 for x in other)
+            print(f"           compiling ahead: tails {total([x['tail_idle_slot_seconds'] for x in other])}"
+                  f" slot-seconds ({', '.join(str(x['tail_tu']).rsplit('/', 1)[-1] for x in other)}), and "
+                  f"{waited:.1f} s of ninja's calls waiting for their TU's compile ahead")
     spent = jobs["outside_build_seconds"]
     print(f"  outside the build step         = cold {spent['unsharded_cold']:.2f} s, hot {spent['hot']:.2f} s, "
           f"shards {', '.join(f'{x:.2f}' for x in spent['shards'])} s, link {spent['link']:.2f} s")

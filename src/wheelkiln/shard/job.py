@@ -218,7 +218,7 @@ def run_shard(
 
     ahead_dir = (
         job_dir / "ahead"
-        if partition == "seat" and os.environ.get(ahead.SWITCH, "").strip() != "0"
+        if partition == "seat" and os.environ.get(ahead.SWITCH, "").strip() == "1"
         else None
     )
 
