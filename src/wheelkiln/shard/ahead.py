@@ -6,18 +6,20 @@ then the first in its manifest; it never knows how long an edge takes. A target 
 objects have one edge fewer after them (a Python module linked against the package's own
 library) therefore compiles last, and a shard that owns one long such TU ends on it
 alone, a core idle: in awkward-cpp at N=3, every shard ended on one of its module's TUs
-(8-11 s each), 16-22 slot-seconds idle per round of three shards (``kiln timeline``
+(5-11 s each), 15-26 slot-seconds idle per round of three shards (``kiln timeline``
 shows each job's tail).
 
 Most calls in a shard are stubs, done in milliseconds, and the slot a stub holds is
 free for a compile. So after writing its stub, a stub call compiles one of the shard's
-own TUs that nobody has started yet, taken from the **end** of the build's command list
-(``ninja -t commands``, in the order ninja's tool lists them). The compile runs exactly
-as ninja's own call would (the same command through ``/bin/sh -c``, so through the seat
-wrapper, in ninja's directory), output discarded, its wrapper record an ``ahead``. When ninja starts that
-TU, its compile finds the result in the cache, so the object, the depfile and the
-diagnostics come from ninja's own call as always; an ahead compile that failed (a header
-the build has not generated yet) leaves nothing that call relies on.
+own TUs that nobody has started yet, from the build's command list (``ninja -t
+commands``): the longest first where this builder timed them before (:data:`SECONDS_FILE`,
+from :func:`wheelkiln.shard.balance.recall_seconds`), then the rest from the **end** of
+the list. The compile runs exactly as ninja's own call would (the same command through
+``/bin/sh -c``, so through the seat wrapper, in ninja's directory), output discarded, its
+wrapper record an ``ahead``. When ninja starts that TU, its compile finds the result in
+the cache, so the object, the depfile and the diagnostics come from ninja's own call as
+always; an ahead compile that failed (a header the build has not generated yet) leaves
+nothing that call relies on.
 
 One process compiles a TU at a time: a **claim** (a file per output, created already
 locked) is taken by whoever starts it, ninja's call or an ahead compile. A ninja call
@@ -25,8 +27,8 @@ whose TU is being compiled ahead compiles the next TU ahead meanwhile, and waits
 when none is left. Nothing is held while waiting, so nothing waits in a circle.
 
 **Off by default; ``KILN_SHARD_AHEAD=1`` turns it on.** On this project's 2-core
-builder it removed the tails (16-26 slot-seconds per round of awkward-cpp's three shards
-down to 0.3-1.3) but not the time: the shard sum was no lower. The TUs it compiles
+builder it removed the tails (15-26 slot-seconds per round of awkward-cpp's three shards
+down to 0.1-1.3) but not the time: the shard sum was no lower. The TUs it compiles
 first are the longest, and two of them side by side slowed each other down
 (``awkward_argsort.cpp`` 27.9 s beside small TUs, 36.1 s beside ``ForthMachine.cpp``,
 which went from 13.4 to 19.2 s), which cost what the tails had. Always off without a
