@@ -59,22 +59,32 @@ def test_the_queue_is_handed_out_in_order_each_tu_once(tmp_path: Path) -> None:
         os.close(fd)
 
 
+def holding(directory: Path, then: str) -> subprocess.Popen[str]:
+    """Another process that holds /b/a.o's claim (as its compile ahead would) while it
+    runs the Python code *then*; started once it holds it."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import os, time; from wheelkiln.shard import ahead; "
+         f"fd = ahead.claim({str(directory)!r}, '/b/a.o'); print(fd is not None, flush=True)\n"
+         + then],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    assert holder.stdout.readline().strip() == "True"
+    return holder
+
+
 def test_a_call_whose_tu_is_compiled_ahead_compiles_the_next_meanwhile(tmp_path: Path) -> None:
     (tmp_path / "claims").mkdir()
     marker = tmp_path / "b-compiled"
     # Another process compiles a.o ahead: it holds a.o's claim until b.o has been
     # compiled, so a.o's call can only get past its wait by compiling b.o itself first.
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import os, sys, time; from wheelkiln.shard import ahead; "
-         f"fd = ahead.claim({str(tmp_path)!r}, '/b/a.o'); print(fd is not None, flush=True); "
-         f"deadline = time.monotonic() + 60\n"
-         f"while not os.path.exists({str(marker)!r}) and time.monotonic() < deadline: "
-         "time.sleep(0.01)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    holder = holding(
+        tmp_path,
+        "deadline = time.monotonic() + 60\n"
+        f"while not os.path.exists({str(marker)!r}) and time.monotonic() < deadline: "
+        "time.sleep(0.01)",
+    )
     with holder:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "True"
         write_queue(
             tmp_path, ("/b/b.o", f'test "$KILN_AHEAD_CHILD" = 1 && touch {marker}')
         )
@@ -135,15 +145,8 @@ def test_what_a_builder_timed_is_kept_per_cell_and_read_back(
 def test_with_nothing_left_to_compile_a_call_waits_and_says_how_long(tmp_path: Path) -> None:
     (tmp_path / "claims").mkdir()
     write_queue(tmp_path)  # every TU taken
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import time; from wheelkiln.shard import ahead; "
-         f"fd = ahead.claim({str(tmp_path)!r}, '/b/a.o'); print(fd is not None, flush=True); "
-         "time.sleep(0.5)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    holder = holding(tmp_path, "time.sleep(0.5)")
     with holder:
-        assert holder.stdout is not None
-        assert holder.stdout.readline().strip() == "True"
         result, waited = ahead.before_compile(str(tmp_path), "/b/a.o", never)
         assert holder.wait(timeout=60) == 0
     assert result is None
