@@ -138,6 +138,7 @@ def test_what_a_builder_timed_is_kept_per_cell_and_read_back(
     assert recall_seconds("pkg-py3.11-linux-x86_64") == {}  # it only orders work
     with pytest.raises(ValueError, match="not a cell id"):
         remember_seconds("../elsewhere", {"src/a.cpp": 1.0})
+    assert recall_seconds("../elsewhere") == {}
     ahead.write_seconds(str(tmp_path / "ahead"), {"src/a.cpp": 4.5, "src/odd\tname.cpp": 1.0})
     assert ahead.read_seconds(str(tmp_path / "ahead")) == {"src/a.cpp": 4.5}
 

@@ -121,7 +121,7 @@ def recall_seconds(cell_id: str) -> dict[str, float]:
     when none was timed (or the record is damaged: it only orders work)."""
     import json
 
-    try:
+    try:  # a cell id no file can be named after is one without a record
         data = json.loads(_seconds_path(cell_id).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
