@@ -340,7 +340,7 @@ def run_shard(
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     record_path = out_dir / shard_record(cell.id, index, count)
-    write_job_trace(record_path, job_dir, outcome.tu_outcomes, record)
+    write_job_trace(record_path, job_dir, outcome.tu_outcomes, record, records)
     record_path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     return ShardResult(index, count, partition, outcome, gate, archive, record)
 

@@ -141,11 +141,17 @@ def assign_slots(spans: Sequence[Span]) -> list[int]:
 
 
 def job_spans(
-    job_dir: Path, outcomes: Sequence[TUOutcome], *, shard: bool
+    job_dir: Path,
+    outcomes: Sequence[TUOutcome],
+    *,
+    shard: bool,
+    records: Sequence[WrapperRecord] | None = None,
 ) -> tuple[list[Span], str]:
-    """The TU spans of a finished job and how they were timed."""
+    """The TU spans of a finished job and how they were timed (a shard's from its wrapper
+    log's *records*, read here when not given)."""
     build_dir, tree = job_dir / "build", job_dir / "src"
-    records = read_wrapper_log(job_dir / WRAPPER_LOG) if shard else []
+    if records is None:
+        records = read_wrapper_log(job_dir / WRAPPER_LOG) if shard else []
     actions = _wrapper_actions(records) if shard else _cache_actions(outcomes, tree, build_dir)
     ninja = ninja_spans(build_dir, tree)
     if ninja is not None:
@@ -224,17 +230,20 @@ def write_job_trace(
     job_dir: Path,
     outcomes: Sequence[TUOutcome],
     record: Mapping[str, Any],
+    records: Sequence[WrapperRecord] | None = None,
 ) -> Path | None:
     """Write the trace of the job whose record is at ``record_path``; None when the
     build left nothing to time it by. A trace is an aid: failing to write one never
-    fails the job."""
+    fails the job. A shard job passes its wrapper log's *records*, read once."""
     shard_info = record.get("shard") or {}
     kind = str(record.get("kind", "build"))
     index = shard_info.get("index") if kind == "shard" else None
     count = shard_info.get("count") if kind == "shard" else None
     label = f"shard {index + 1}/{count}" if index is not None else kind
     try:
-        spans, timing = job_spans(job_dir, outcomes, shard=kind == "shard")
+        if kind == "shard" and records is None:
+            records = read_wrapper_log(job_dir / WRAPPER_LOG)
+        spans, timing = job_spans(job_dir, outcomes, shard=kind == "shard", records=records)
         if not spans:
             return None
         trace = build_trace(
@@ -250,7 +259,7 @@ def write_job_trace(
         path = trace_path(record_path)
         path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
         with contextlib.suppress(OSError, ValueError, GateError):  # it only orders work
-            _remember_compile_seconds(str(record.get("cell")), spans, job_dir, kind)
+            _remember_compile_seconds(str(record.get("cell")), spans, records or [], kind)
         return path
     except Exception as exc:  # the job's result stands whatever happens here
         from wheelkiln import ui
@@ -259,7 +268,9 @@ def write_job_trace(
         return None
 
 
-def _remember_compile_seconds(cell: str, spans: Sequence[Span], job_dir: Path, kind: str) -> None:
+def _remember_compile_seconds(
+    cell: str, spans: Sequence[Span], records: Sequence[WrapperRecord], kind: str
+) -> None:
     """What this job's real compiles took, for the next shard of the cell to compile its
     longest TUs ahead first (:mod:`wheelkiln.shard.ahead`): a build's or link job's
     misses; a shard's compiles from its wrapper log, where a TU compiled ahead is timed
@@ -267,8 +278,7 @@ def _remember_compile_seconds(cell: str, spans: Sequence[Span], job_dir: Path, k
     from wheelkiln.shard.balance import remember_seconds, tu_costs
 
     if kind == "shard":
-        log = job_dir / WRAPPER_LOG
-        seconds = tu_costs(read_wrapper_log(log)) if log.is_file() else {}
+        seconds = tu_costs(records)
     else:
         seconds = {span.tu: span.seconds for span in spans if span.action == "miss"}
     remember_seconds(cell, seconds)

@@ -747,7 +747,8 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
 
     if action == "link":
         return run_link(compiler, args, cwd, decision, config)
-    ahead_dir = _ahead_dir(config)
+    child = os.environ.get(AHEAD_CHILD) == "1"  # started by another call of this shard
+    ahead_dir = None if child else _ahead_dir(config)
     held: int | None = None
     waited = 0.0
     if action == "stub":
@@ -765,8 +766,8 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
         exit_code = spawn_and_wait(command, launch.compile_environment(cache, compiler))
         if held is not None:
             os.close(held)
-    if action == "compile" and os.environ.get(AHEAD_CHILD) == "1":
-        action = "ahead"  # started by another call of this shard (shard/ahead.py)
+    if action == "compile" and child:
+        action = "ahead"  # (shard/ahead.py)
     record = _record(
         decision.tu, action, time.perf_counter() - started, exit_code, decision.output, argv, cwd
     )
@@ -802,11 +803,11 @@ def _after_stub(ahead_dir: str, config: SeatConfig) -> None:
 
 
 def _ahead_dir(config: SeatConfig) -> str | None:
-    """Where this call claims TUs for compiling ahead, or None: compiling ahead needs the
-    seat partition and a cache, and a call an ahead compile started takes no claim."""
+    """Where this shard claims TUs for compiling ahead, or None: compiling ahead needs the
+    seat partition and a cache (a call an ahead compile started takes no claim)."""
     if not (config.ahead_dir and config.cache and config.seat_active):
         return None
-    return None if os.environ.get(AHEAD_CHILD) == "1" else config.ahead_dir
+    return config.ahead_dir
 
 
 def _owned(config: SeatConfig) -> Callable[[list[str], str], tuple[str, str | None] | None]:
