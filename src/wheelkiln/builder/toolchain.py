@@ -465,7 +465,7 @@ if(DEFINED KILN_USER_PROJECT_INCLUDE)
 endif()
 function(_kiln_seat_device_link)
   foreach(rule CMAKE_CUDA_DEVICE_LINK_LIBRARY CMAKE_CUDA_DEVICE_LINK_EXECUTABLE)
-    if(DEFINED ${{rule}} AND NOT "${{${{rule}}}}" MATCHES "kiln-seat")
+    if(DEFINED ${{rule}} AND NOT "${{${{rule}}}}" MATCHES "{script}")
       set(${{rule}} "{seat} ${{${{rule}}}}" PARENT_SCOPE)
     endif()
   endforeach()
@@ -480,8 +480,10 @@ endif()
 def device_link_hook(bin_dir: Path, seat: Path) -> str:
     """Write the CMake file that puts the seat wrapper in front of CUDA device links, and
     return the ``CMAKE_ARGS`` (read by scikit-build-core) that include it."""
+    from wheelkiln.per_tu import SEAT_SCRIPT
+
     hook = bin_dir / "kiln-device-link.cmake"
-    hook.write_text(DEVICE_LINK_HOOK.format(seat=seat.as_posix()))
+    hook.write_text(DEVICE_LINK_HOOK.format(seat=seat.as_posix(), script=SEAT_SCRIPT))
     return shlex.join([f"-DCMAKE_PROJECT_INCLUDE={hook.as_posix()}"])
 
 
