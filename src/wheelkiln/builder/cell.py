@@ -21,6 +21,7 @@ from wheelkiln.builder.environment import (
     finish_bytecode,
     frontend_requires,
     read_build_system,
+    settle_dynamic,
 )
 from wheelkiln.builder.job_env import (
     check_nvcc_flags,
@@ -153,6 +154,11 @@ def make_cache(
     )
 
 
+class _EnvironmentGrew(Exception):
+    """The backend, asked in the build's process, wanted what its environment lacks: the
+    build starts again in the environment that holds it."""
+
+
 def build_cell(
     loaded: LoadedRecipe,
     cell: Cell,
@@ -166,6 +172,21 @@ def build_cell(
     fetched source this build copies, when the job took it already
     (:func:`wheelkiln.builder.wheel_cache.fetched_source_digest`); a job that changes its
     copy (``prepare_tree``) digests the copy."""
+    try:
+        return _build_cell(loaded, cell, options, toolchain, known_digest=known_digest)
+    except _EnvironmentGrew:
+        # Its request's memo holds the answer now: the second start asks nothing.
+        return _build_cell(loaded, cell, options, toolchain, known_digest=known_digest)
+
+
+def _build_cell(
+    loaded: LoadedRecipe,
+    cell: Cell,
+    options: BuildOptions,
+    toolchain: Toolchain | None,
+    *,
+    known_digest: str | None,
+) -> BuildOutcome:
     if known_digest is not None and options.job.prepare_tree is not None:
         raise ValueError("a job that changes its tree (prepare_tree) digests its own copy")
     if toolchain is None:
@@ -206,6 +227,7 @@ def build_cell(
             extra_requires,
             envs_dir(),
             config_settings=recipe.build.config_settings,
+            ask_in_build=mode == "hook",
         )
         # What the build runs and is told about the environment goes through the view,
         # so its path is the same in every home (the record keeps the real one).
@@ -357,16 +379,34 @@ def build_cell(
         ) as shown:
             started = time.perf_counter()
             if mode == "hook":
-                done = frontend.build_wheel(
-                    seen.python,
-                    tree,
-                    system,
-                    backend.config_settings,
-                    dist,
-                    log_path=log_path,
-                    env=env,
-                    on_line=shown.line,
-                )
+
+                def call_backend(ask_first: bool) -> run.Completed:
+                    return frontend.build_wheel(
+                        seen.python,
+                        tree,
+                        system,
+                        backend.config_settings,
+                        dist,
+                        log_path=log_path,
+                        env=env,
+                        on_line=shown.line,
+                        ask_first=ask_first,
+                    )
+
+                try:
+                    done = call_backend(environment.ask_backend)
+                    if environment.ask_backend and done.returncode == 0:
+                        # It asked for nothing (anything else ends before build_wheel).
+                        environment = settle_dynamic(environment, [], cell.python, envs_dir())
+                except frontend.BackendAsks as asked:
+                    settled = settle_dynamic(
+                        environment, asked.requirements, cell.python, envs_dir()
+                    )
+                    if settled.path != environment.path:
+                        # Everything above that names the environment names the old one.
+                        raise _EnvironmentGrew from None
+                    environment = settled
+                    done = call_backend(False)
             else:
                 done = run.run_logged(
                     argv, log_path=log_path, cwd=tree, env=env, on_line=shown.line

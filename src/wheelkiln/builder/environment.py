@@ -19,14 +19,23 @@ the same across machines and runs wherever the resolution is.
 resolves and installs into a *relocatable* venv beside the environments, its lock is
 read from the installed metadata as ``uv pip freeze`` writes it (:func:`installed_lock`,
 freeze itself where the metadata cannot say), and the venv moves to its key (or is dropped when that
-environment is made already). The backend's hook then runs there; where it asks for
-something the lock lacks, the whole set is installed again into a new venv, which moves
-to the key of its own lock. The first environment stays: it holds exactly its lock, so
-its key still means it. That costs what plain uv costs plus the hook
-(``benchmarks/bench_env.py``). Without uv, or with ``KILN_INSTALLER=pip``: pip resolves
-first (``--dry-run --report``), since its venvs cannot move, and installs the lock with
-``--no-deps`` into a venv made without pip at its key (``pip --python`` from a venv of
-its own).
+environment is made already). That costs what plain uv costs (``benchmarks/bench_env.py``).
+Without uv, or with ``KILN_INSTALLER=pip``: pip resolves first (``--dry-run --report``),
+since its venvs cannot move, and installs the lock with ``--no-deps`` into a venv made
+without pip at its key (``pip --python`` from a venv of its own).
+
+**The backend's dynamic requirements, asked once.** The first build of a request asks
+the backend's ``get_requires_for_build_wheel`` in its own process, just before
+``build_wheel`` (:mod:`wheelkiln.builder.ask_then_build`), where the backend is imported
+for the build anyway: asked in a process of its own, it cost 0.2-0.4 s of an
+environment's 0.3-0.8 s, mostly that import. Where the backend asks for something the
+lock lacks, the build stops before ``build_wheel``, the whole set is installed again
+into a new venv, which moves to the key of its own lock (:func:`settle_dynamic`), and the
+build starts again there. The first environment stays: it holds exactly its lock, so its
+key still means it. The answer is kept with the request's resolution, so no later build
+asks. Where the build runs the recipe's frontend as a process (``KILN_FRONTEND=process``),
+pip or build asks nothing without isolation, so the backend is asked in a process of its
+own while the environment is made, as before.
 
 **Bytecode, compiled beside the build.** Every process a build starts in the environment
 (the frontend, the backend, meson, Cython, each custom command) imports its modules from
@@ -62,6 +71,7 @@ configuration, the installer) resolved to is kept beside the environments in
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import hashlib
@@ -72,8 +82,8 @@ import shutil
 import sys
 import threading
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -164,6 +174,12 @@ class BuildEnvironment:
 
     path: Path
     requirements: tuple[str, ...]
+    request: str = ""
+    """The request's key (``envs/resolved/<request>.json``)."""
+    ask_backend: bool = False
+    """The backend's dynamic requirements are not asked yet: the build asks them in its
+    own process (:func:`wheelkiln.builder.frontend.build_wheel`, *ask_first*) and hands
+    the answer to :func:`settle_dynamic`."""
 
     @property
     def python(self) -> Path:
@@ -200,7 +216,7 @@ class BuildEnvironment:
         view = views / self.path.name
         try:
             if view.readlink() == self.path:
-                return BuildEnvironment(view, self.requirements)
+                return replace(self, path=view)
         except OSError:
             pass  # absent, or not a link: (re)made below
         views.mkdir(parents=True, exist_ok=True)
@@ -208,7 +224,7 @@ class BuildEnvironment:
         staged.unlink(missing_ok=True)
         staged.symlink_to(self.path, target_is_directory=True)
         staged.replace(view)
-        return BuildEnvironment(view, self.requirements)
+        return replace(self, path=view)
 
 
 def interpreter_for(python_version: str) -> str:
@@ -556,15 +572,26 @@ class Resolution:
 
     key: str
     lock: str
-    dynamic: tuple[str, ...]
+    dynamic: tuple[str, ...] | None
+    """The backend's dynamic requirements; ``None`` until a build has asked them."""
 
 
 def _read_resolution(path: Path) -> Resolution | None:
     try:
         data = json.loads(path.read_text())
-        return Resolution(str(data["key"]), str(data["lock"]), tuple(data["dynamic"]))
+        dynamic = None if data["dynamic"] is None else tuple(str(r) for r in data["dynamic"])
+        return Resolution(str(data["key"]), str(data["lock"]), dynamic)
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent or damaged: resolved again
+
+
+def _write_resolution(path: Path, resolution: Resolution) -> None:
+    staged = path.with_suffix(".tmp")
+    dynamic = None if resolution.dynamic is None else list(resolution.dynamic)
+    staged.write_text(
+        json.dumps({"key": resolution.key, "lock": resolution.lock, "dynamic": dynamic}, indent=2)
+    )
+    staged.replace(path)
 
 
 def _is_complete(final: Path) -> bool:
@@ -676,35 +703,83 @@ def _install_staged(
     return normalize_lock(frozen.splitlines())
 
 
-def _resolve_and_make_with_pip(
+def _make_with_pip(
     installer: Installer,
     interpreter: str,
     identity: str,
-    requested: Sequence[str],
-    hook: Callable[[Path], list[str]],
+    requirements: Sequence[str],
     envs_root: Path,
     env: Mapping[str, str],
+    requested: Sequence[str],
     *,
     scratch: Path,
-) -> tuple[str, list[str], Path]:
+) -> tuple[str, Path]:
     """pip's venvs cannot move: resolve first (``--dry-run --report``), then make the
-    environment of that lock at its key; resolve again where the hook asks for more."""
+    environment of that lock at its key."""
     shutil.rmtree(scratch, ignore_errors=True)
     try:
-        lock = _resolve_with_pip(interpreter, requested, scratch, env, envs_root=envs_root)
-        final = _make_environment(installer, interpreter, identity, lock, envs_root, env, requested)
-        dynamic = hook(final)
-        if not all(_satisfied(req, lock) for req in dynamic):
-            lock = _resolve_with_pip(
-                interpreter, [*requested, *dynamic], scratch, env, envs_root=envs_root
-            )
-            final = _make_environment(
-                installer, interpreter, identity, lock, envs_root, env, requested
-            )
-            compile_later(final, envs_root, env)
+        lock = _resolve_with_pip(interpreter, requirements, scratch, env, envs_root=envs_root)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return lock, dynamic, final
+    return lock, _make_environment(installer, interpreter, identity, lock, envs_root, env, requested)
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What one request resolves with, and where its memo and lock are."""
+
+    key: str
+    requested: tuple[str, ...]
+    interpreter: str
+    identity: str
+    installer: Installer
+    envs_root: Path
+    env: Mapping[str, str]
+
+    @property
+    def memo(self) -> Path:
+        return self.envs_root / "resolved" / f"{self.key}.json"
+
+    def locked(self) -> Any:
+        """The request's lock: parallel jobs share one resolution and one environment."""
+        return _flocked(self.envs_root / "resolved" / f"{self.key}.lock")
+
+    def make(self, requirements: Sequence[str]) -> tuple[str, Path]:
+        """The lock *requirements* resolve to, and its environment at its key."""
+        args = (self.installer, self.interpreter, self.identity, requirements)
+        if self.installer.uv is None:
+            scratch = self.envs_root / "resolved" / f"{self.key}.work"
+            return _make_with_pip(*args, self.envs_root, self.env, self.requested, scratch=scratch)
+        staging = self.envs_root / f".staging-{self.key}"
+        try:
+            lock = _install_staged(
+                self.installer, self.interpreter, requirements, staging, self.env
+            )
+            final = _adopt(
+                staging, self.installer, self.interpreter, self.identity, lock, self.envs_root,
+                self.requested,
+            )  # fmt: skip
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return lock, final
+
+    def settle(self, lock: str, final: Path, dynamic: Sequence[str]) -> tuple[str, Path]:
+        """Record the backend's *dynamic* requirements, asked in *final* (of *lock*);
+        where the lock lacks one, the whole set is installed again, so the resolver sees
+        every requirement at once, into the environment of its own lock. *final* stays:
+        it holds exactly its lock, so its key still means it."""
+        if not all(_satisfied(req, lock) for req in dynamic):
+            lock, final = self.make([*self.requested, *dynamic])
+            compile_later(final, self.envs_root, self.env)
+        _write_resolution(self.memo, Resolution(final.name, lock, tuple(dynamic)))
+        return lock, final
+
+
+@contextlib.contextmanager
+def _flocked(path: Path) -> Iterator[None]:
+    with path.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
 
 
 # -- bytecode ------------------------------------------------------------------------------
@@ -890,6 +965,24 @@ def existing_environment(
     return BuildEnvironment(envs_root / resolution.key, requested)
 
 
+def _request(
+    python_version: str,
+    requested: Sequence[str],
+    envs_root: Path,
+    base_env: Mapping[str, str] | None,
+    key: Callable[[str, Installer], str],
+) -> _Request:
+    interpreter = interpreter_for(python_version)
+    identity = interpreter_identity(interpreter)
+    env = _clean_env(base_env)
+    installer = choose_installer(env)
+    (envs_root / "resolved").mkdir(parents=True, exist_ok=True)
+    return _Request(
+        key(identity, installer), tuple(requested), interpreter, identity, installer, envs_root,
+        env,
+    )  # fmt: skip
+
+
 def ensure_environment(
     tree: Path,
     python_version: str,
@@ -898,80 +991,77 @@ def ensure_environment(
     *,
     config_settings: Mapping[str, str] | None = None,
     base_env: Mapping[str, str] | None = None,
+    ask_in_build: bool = False,
 ) -> BuildEnvironment:
     """Create (once) or reuse the build environment for this tree and interpreter.
 
     Resolving and creating are locked, so parallel shard jobs share one resolution and
     one environment. A request resolved before reuses its lock (see the module's doc).
+    The backend's dynamic requirements are asked here, in a process of their own, unless
+    *ask_in_build*: then an environment whose request has not had them asked yet comes
+    back with :attr:`BuildEnvironment.ask_backend`, and the build asks them in its own
+    process and hands the answer to :func:`settle_dynamic`.
     """
     system = read_build_system(tree)
-    requested = (*system.requires, *extra_requires)
-    interpreter = interpreter_for(python_version)
-    identity = interpreter_identity(interpreter)
-    env = _clean_env(base_env)
-    installer = choose_installer(env)
     settings = dict(config_settings or {})
-    resolved_dir = envs_root / "resolved"
-    resolved_dir.mkdir(parents=True, exist_ok=True)
-    request = _request_key(identity, requested, tree, settings, installer)
-    memo = resolved_dir / f"{request}.json"
-    with (resolved_dir / f"{request}.lock").open("w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        resolution = _read_resolution(memo)
-        if resolution is not None:
+    request = _request(
+        python_version,
+        (*system.requires, *extra_requires),
+        envs_root,
+        base_env,
+        lambda identity, installer: _request_key(
+            identity, (*system.requires, *extra_requires), tree, settings, installer
+        ),
+    )
+    env = request.env
+    with request.locked():
+        resolution = _read_resolution(request.memo)
+        if resolution is None:
+            lock, final = request.make(request.requested)
+            _write_resolution(request.memo, Resolution(final.name, lock, None))
+        else:
             lock = resolution.lock
             final = _make_environment(
-                installer, interpreter, identity, lock, envs_root, env, requested
-            )
+                request.installer, request.interpreter, request.identity, lock, envs_root, env,
+                request.requested,
+            )  # fmt: skip
+        if ask_in_build or (resolution is not None and resolution.dynamic is not None):
             compile_later(final, envs_root, env)
-            return BuildEnvironment(final, requested)
+            asked = resolution is not None and resolution.dynamic is not None
+            return BuildEnvironment(final, request.requested, request.key, ask_backend=not asked)
+        # In the environment at its key: it holds exactly its lock whatever the hook says,
+        # so it is published already. Beside the hook, the rest of its bytecode compile
+        # took the hook 0.43 -> 0.76 s on 2 cores at load 3: it compiles after.
+        compile_backend(final, system, env)
+        dynamic = _hook_requirements(final / "bin" / "python", tree, system, settings, env)
+        compile_later(final, envs_root, env)
+        lock, final = request.settle(lock, final, dynamic)
+        return BuildEnvironment(final, request.requested, request.key)
 
-        def hook(environment: Path) -> list[str]:
-            """The backend's dynamic requirements, asked in *environment* at its key; the
-            rest of it compiles after, beside the build (beside the hook, the compile
-            took the hook 0.43 -> 0.76 s on 2 cores at load 3)."""
-            compile_backend(environment, system, env)
-            dynamic = _hook_requirements(
-                environment / "bin" / "python", tree, system, settings, env
-            )
-            compile_later(environment, envs_root, env)
-            return dynamic
 
-        if installer.uv is not None:
-            staging = envs_root / f".staging-{request}"
-            try:
-                lock = _install_staged(installer, interpreter, requested, staging, env)
-                final = _adopt(
-                    staging, installer, interpreter, identity, lock, envs_root, requested
-                )
-                # In the environment at its key: it holds exactly its lock whatever the
-                # hook says, so it is published already.
-                dynamic = hook(final)
-                if not all(_satisfied(req, lock) for req in dynamic):
-                    # The whole set again, so the resolver sees every requirement at once.
-                    lock = _install_staged(
-                        installer, interpreter, [*requested, *dynamic], staging, env
-                    )
-                    final = _adopt(
-                        staging, installer, interpreter, identity, lock, envs_root, requested
-                    )
-                    compile_later(final, envs_root, env)
-            finally:
-                shutil.rmtree(staging, ignore_errors=True)
+def settle_dynamic(
+    environment: BuildEnvironment,
+    dynamic: Sequence[str],
+    python_version: str,
+    envs_root: Path,
+    *,
+    base_env: Mapping[str, str] | None = None,
+) -> BuildEnvironment:
+    """The environment of *environment*'s request once its backend asked for *dynamic*
+    (in a build's process): *environment* itself where its lock holds them all, else the
+    environment of the whole set. Recorded in the request's memo, so later builds ask
+    nothing; where another job of the request recorded an answer first, that one holds."""
+    request = _request(
+        python_version, environment.requirements, envs_root, base_env, lambda *_: environment.request
+    )
+    with request.locked():
+        resolution = _read_resolution(request.memo)
+        if resolution is not None and resolution.dynamic is not None:
+            final = _make_environment(
+                request.installer, request.interpreter, request.identity, resolution.lock,
+                envs_root, request.env, request.requested,
+            )  # fmt: skip
         else:
-            lock, dynamic, final = _resolve_and_make_with_pip(
-                installer,
-                interpreter,
-                identity,
-                requested,
-                hook,
-                envs_root,
-                env,
-                scratch=(resolved_dir / f"{request}.work"),
-            )
-        staged = memo.with_suffix(".tmp")
-        staged.write_text(
-            json.dumps({"key": final.name, "lock": lock, "dynamic": dynamic}, indent=2)
-        )
-        staged.replace(memo)
-        return BuildEnvironment(final, requested)
+            real = environment.path.resolve()
+            _, final = request.settle(environment.frozen(), real, dynamic)
+        return BuildEnvironment(final, request.requested, request.key)
