@@ -148,10 +148,16 @@ def wrapper_costs(job_dir: Path, cache_dir: Path, workdir: Path, index: int, cou
     }
 
 
+def shard(recipe: Path, index: int, count: int, out: Path, *rest: str | Path,
+          env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One ``kiln shard`` job: slice *index* of *count*, its archive into *out*."""
+    return kiln("shard", recipe, "--index", str(index), "--count", str(count), "--out", out, *rest,
+                env=env)
+
+
 def shard_all(recipe: Path, count: int, out: Path, common: tuple[str | Path, ...],
               *extra: str | Path) -> list[dict[str, Any]]:
-    return [kiln("shard", recipe, "--index", str(i), "--count", str(count), "--out", out, *common, *extra)
-            for i in range(count)]
+    return [shard(recipe, i, count, out, *common, *extra) for i in range(count)]
 
 
 AHEAD = {**os.environ, "KILN_SHARD_AHEAD": "1"}
@@ -164,9 +170,8 @@ def shards_with_and_without(recipe: Path, count: int, scratch: Path, name: str,
     index by index, so a change of the machine's speed hits both alike."""
     ahead_work = ("--workdir", scratch / f"{name}-ahead-work")
     pairs = [
-        (kiln("shard", recipe, "--index", str(i), "--count", str(count), "--out", scratch / name, *common),
-         kiln("shard", recipe, "--index", str(i), "--count", str(count), "--out", scratch / f"{name}-ahead",
-              *ahead_work, env=AHEAD))
+        (shard(recipe, i, count, scratch / name, *common),
+         shard(recipe, i, count, scratch / f"{name}-ahead", *ahead_work, env=AHEAD))
         for i in range(count)
     ]
     return [plain for plain, _ in pairs], [ahead for _, ahead in pairs]

@@ -124,10 +124,13 @@ def test_what_the_backend_asks_for_is_installed_before_build_wheel(
     build = ["build", recipe, "--no-wheel-cache", "--out", out]
     home = tmp_path / "home"
     env = {**index_only, "KILN_HOME": str(home), "KILN_INSTALLER": installer}
-    record = kiln.json(*build, cwd=tmp_path, env=env)
+    done = kiln(*build, "--json", cwd=tmp_path, env=env)
+    record = json.loads(done.stdout)
     (asked, ask_pid), (built, build_pid) = _calls(calls)
     assert (asked, built) == ("get_requires_for_build_wheel", "build_wheel")
     assert ask_pid != build_pid, "build_wheel ran again, in the environment that holds it"
+    assert "The build backend asked for kiln-extra>=1, which its build environment lacked: " \
+        "installed; building again." in " ".join(done.stderr.split()), done.stderr
     with zipfile.ZipFile(record["wheel"]["path"]) as archive:
         assert archive.read("asking.py") == b"FOUND = ['kiln_base', 'kiln_extra']\n"
     memo = _memo(home)

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from rich.markup import escape
+
 from wheelkiln import run, ui
 from wheelkiln.builder import cmake_id, compiler_answers, frontend, meson_sanity, probes
 from wheelkiln.builder.backend import backend_settings, frontend_arguments
@@ -158,6 +160,10 @@ class _EnvironmentGrew(Exception):
     """The backend, asked in the build's process, wanted what its environment lacks: the
     build starts again in the environment that holds it."""
 
+    def __init__(self, requirements: list[str]) -> None:
+        super().__init__(requirements)
+        self.requirements = requirements
+
 
 def build_cell(
     loaded: LoadedRecipe,
@@ -174,7 +180,13 @@ def build_cell(
     copy (``prepare_tree``) digests the copy."""
     try:
         return _build_cell(loaded, cell, options, toolchain, known_digest=known_digest)
-    except _EnvironmentGrew:
+    except _EnvironmentGrew as grew:
+        if not options.job.quiet:
+            ui.info(
+                "The build backend asked for "
+                + escape(", ".join(grew.requirements))
+                + ", which its build environment lacked: installed; building again."
+            )
         # Its request's memo holds the answer now: the second start asks nothing.
         return _build_cell(loaded, cell, options, toolchain, known_digest=known_digest)
 
@@ -404,7 +416,7 @@ def _build_cell(
                     )
                     if settled.path != environment.path:
                         # Everything above that names the environment names the old one.
-                        raise _EnvironmentGrew from None
+                        raise _EnvironmentGrew(asked.requirements) from None
                     environment = settled
                     done = call_backend(False)
             else:
