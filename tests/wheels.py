@@ -2,7 +2,7 @@
 
 Tests use it directly, and in-tree build backends import it: a backend runs in the
 backend's own process, which cannot import the ``tests`` package, so
-:func:`copy_beside` puts this file next to the backend as ``kiln_test_wheels.py``.
+:func:`in_tree_backend` puts this file next to the backend as ``kiln_test_wheels.py``.
 """
 
 from __future__ import annotations
@@ -38,6 +38,14 @@ def pure_wheel(directory: Path, name: str, version: str, files: dict[str, bytes]
     return wheel
 
 
-def copy_beside(backend_directory: Path) -> None:
-    """This module as ``kiln_test_wheels.py`` in an in-tree backend's directory."""
-    shutil.copyfile(__file__, backend_directory / "kiln_test_wheels.py")
+def in_tree_backend(package: Path, module: str, source: str, requires: str = "") -> None:
+    """A package at *package* whose build backend is *module* (its *source*) in its own
+    ``backend/`` directory (``backend-path``), with this module beside it as
+    ``kiln_test_wheels.py``; *requires*: the ``[build-system]`` requirements, quoted."""
+    (package / "backend").mkdir(parents=True)
+    (package / "backend" / f"{module}.py").write_text(source)
+    shutil.copyfile(__file__, package / "backend" / "kiln_test_wheels.py")
+    (package / "pyproject.toml").write_text(
+        f'[build-system]\nrequires = [{requires}]\nbuild-backend = "{module}"\n'
+        'backend-path = ["backend"]\n'
+    )

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Kiln
-from tests.wheels import copy_beside, pure_wheel
+from tests.wheels import in_tree_backend, pure_wheel
 
 BACKEND = textwrap.dedent(
     '''
@@ -54,16 +54,8 @@ BACKEND = textwrap.dedent(
 
 def _package(tmp_path: Path, asks: list[str]) -> tuple[Path, Path]:
     calls = tmp_path / "calls.jsonl"
-    package = tmp_path / "pkg"
-    (package / "backend").mkdir(parents=True)
-    (package / "backend" / "asking_backend.py").write_text(
-        BACKEND.format(calls=str(calls), asks=asks)
-    )
-    copy_beside(package / "backend")
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["kiln-base"]\nbuild-backend = "asking_backend"\n'
-        'backend-path = ["backend"]\n'
-    )
+    source = BACKEND.format(calls=str(calls), asks=asks)
+    in_tree_backend(tmp_path / "pkg", "asking_backend", source, requires='"kiln-base"')
     recipe = tmp_path / "asking.toml"
     recipe.write_text('name = "asking"\n[source]\npath = "pkg"\n[cache]\nbackend = "none"\n')
     return recipe, calls
@@ -103,7 +95,7 @@ def test_a_backend_that_asks_for_nothing_is_asked_in_the_build_process_once(
     kiln: Kiln, tmp_path: Path, index_only: dict[str, str]
 ) -> None:
     recipe, calls = _package(tmp_path, [])
-    build = ["build", recipe, "--no-wheel-cache", "--out", tmp_path / "out"]
+    build: list[str | Path] = ["build", recipe, "--no-wheel-cache", "--out", tmp_path / "out"]
     env = {**index_only, "KILN_HOME": str(tmp_path / "home")}
     kiln.json(*build, cwd=tmp_path, env=env)
     (asked, ask_pid), (built, build_pid) = _calls(calls)
@@ -121,7 +113,7 @@ def test_what_the_backend_asks_for_is_installed_before_build_wheel(
 ) -> None:
     recipe, calls = _package(tmp_path, ["kiln-extra>=1"])
     out = tmp_path / "out"
-    build = ["build", recipe, "--no-wheel-cache", "--out", out]
+    build: list[str | Path] = ["build", recipe, "--no-wheel-cache", "--out", out]
     home = tmp_path / "home"
     env = {**index_only, "KILN_HOME": str(home), "KILN_INSTALLER": installer}
     done = kiln(*build, "--json", cwd=tmp_path, env=env)
@@ -150,7 +142,7 @@ def test_a_backend_asking_for_what_the_lock_holds_builds_in_the_same_environment
     kiln: Kiln, tmp_path: Path, index_only: dict[str, str]
 ) -> None:
     recipe, calls = _package(tmp_path, ["kiln-base"])
-    build = ["build", recipe, "--no-wheel-cache", "--out", tmp_path / "out"]
+    build: list[str | Path] = ["build", recipe, "--no-wheel-cache", "--out", tmp_path / "out"]
     home = tmp_path / "home"
     kiln.json(*build, cwd=tmp_path, env={**index_only, "KILN_HOME": str(home)})
     assert [hook for hook, _ in _calls(calls)] == ["get_requires_for_build_wheel", "build_wheel"]

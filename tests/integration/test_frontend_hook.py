@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 from tests.conftest import Kiln
-from tests.wheels import copy_beside
+from tests.wheels import in_tree_backend
 
 BACKEND = textwrap.dedent(
     '''
@@ -45,14 +45,7 @@ BACKEND = textwrap.dedent(
 
 def _package(tmp_path: Path, backend: str) -> tuple[Path, Path]:
     calls = tmp_path / "calls.jsonl"
-    package = tmp_path / "pkg"
-    (package / "backend").mkdir(parents=True)
-    (package / "backend" / "hooked_backend.py").write_text(backend.format(calls=str(calls)))
-    copy_beside(package / "backend")
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = []\nbuild-backend = "hooked_backend"\n'
-        'backend-path = ["backend"]\n'
-    )
+    in_tree_backend(tmp_path / "pkg", "hooked_backend", backend.format(calls=str(calls)))
     recipe = tmp_path / "hooked.toml"
     recipe.write_text(
         'name = "hooked"\n[source]\npath = "pkg"\n[build]\nfrontend = "pip"\n'

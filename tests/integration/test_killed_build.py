@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from tests.processes import alive, wait_until
-from tests.wheels import copy_beside
+from tests.wheels import in_tree_backend
 
 BACKEND = textwrap.dedent(
     '''
@@ -63,14 +63,7 @@ BACKEND = textwrap.dedent(
 def test_kill_9_of_kiln_build_leaves_no_compile_beside_the_next_build(tmp_path: Path) -> None:
     state = tmp_path / "state-of-backend"
     state.mkdir()
-    package = tmp_path / "pkg"
-    (package / "backend").mkdir(parents=True)
-    (package / "backend" / "orphan_backend.py").write_text(BACKEND.format(state=str(state)))
-    copy_beside(package / "backend")
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = []\nbuild-backend = "orphan_backend"\n'
-        'backend-path = ["backend"]\n'
-    )
+    in_tree_backend(tmp_path / "pkg", "orphan_backend", BACKEND.format(state=str(state)))
     recipe = tmp_path / "orphan.toml"
     recipe.write_text('name = "orphan-demo"\n[source]\npath = "pkg"\n[cache]\nbackend = "none"\n')
     home = tmp_path / "home"
