@@ -173,3 +173,20 @@ def test_with_the_process_frontend_the_backend_is_asked_before_the_build(
     with zipfile.ZipFile(record["wheel"]["path"]) as archive:
         assert archive.read("asking.py") == b"FOUND = ['kiln_base', 'kiln_extra']\n"
     assert _memo(home)["dynamic"] == ["kiln-extra"]
+
+
+def test_a_backend_answer_that_is_no_requirement_fails_the_build_saying_so(
+    kiln: Kiln, tmp_path: Path, index_only: dict[str, str]
+) -> None:
+    """The answer becomes a line of the installer's requirements file: an option there
+    would change where everything is installed from."""
+    recipe, calls = _package(tmp_path, ["--index-url http://127.0.0.1:9/simple"])
+    home = tmp_path / "home"
+    failed = kiln("build", recipe, "--no-wheel-cache", "--out", tmp_path / "out",
+                  cwd=tmp_path, env={**index_only, "KILN_HOME": str(home)}, check=False)  # fmt: skip
+    assert failed.returncode == 4
+    assert "The build backend 'asking_backend' asked for '--index-url http://127.0.0.1:9/simple' " \
+        "(get_requires_for_build_wheel), which is not a requirement (PEP 508)." \
+        in " ".join(failed.stderr.split()), failed.stderr
+    assert [hook for hook, _ in _calls(calls)] == ["get_requires_for_build_wheel"]
+    assert _memo(home)["dynamic"] is None, "nothing recorded: the next build asks again"

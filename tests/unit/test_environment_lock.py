@@ -11,13 +11,14 @@ from wheelkiln.builder.environment import (
     Installer,
     _request_key,
     _satisfied,
+    checked_dynamic,
     choose_installer,
     frontend_requires,
     installed_lock,
     lock_key,
     normalize_lock,
 )
-from wheelkiln.errors import ToolNotFoundError, UsageError
+from wheelkiln.errors import BuildError, ToolNotFoundError, UsageError
 
 UV_OUTPUT = ["pybind11==3.1.0", "Scikit_Build_Core==1.1.2", "packaging==26.4  # via x", ""]
 PIP_REPORT = ["scikit-build-core==1.1.2", "pybind11==3.1.0", "packaging==26.4"]
@@ -146,3 +147,19 @@ def test_the_lock_is_read_from_the_environments_metadata_as_uv_freezes_it(
     assert installed_lock(tmp_path / "env") is not None
     (odd / "direct_url.json").write_text('{"url": "file:///src/odd", "dir_info": {}}')
     assert installed_lock(tmp_path / "env") is None
+
+
+def test_a_backend_answer_must_be_a_list_of_requirements() -> None:
+    assert checked_dynamic(["cmake>=3.24", "ninja; sys_platform != 'win32'"], "b") == [
+        "cmake>=3.24",
+        "ninja; sys_platform != 'win32'",
+    ]
+    for answer, shown in (
+        (["ninja", "--extra-index-url http://x"], "asked for '--extra-index-url http://x'"),
+        (["ninja\n-e ."], "asked for 'ninja\\n-e .'"),
+        ([3], "asked for 3"),
+        ("ninja", "answered get_requires_for_build_wheel with 'ninja', not a list"),
+    ):
+        with pytest.raises(BuildError) as raised:
+            checked_dynamic(answer, "b")
+        assert shown in str(raised.value)

@@ -479,9 +479,36 @@ def _hook_requirements(
 
     caller = backend_hook_caller(tree, system, env_python, runner)
     try:
-        return list(caller.get_requires_for_build_wheel(dict(config_settings)))
+        answer = caller.get_requires_for_build_wheel(dict(config_settings))
     except BackendUnavailable as error:
         raise BuildError(backend_failure(system.backend, error).rstrip()) from None
+    return checked_dynamic(answer, system.backend)
+
+
+def checked_dynamic(answer: object, backend: str) -> list[str]:
+    """The backend's ``get_requires_for_build_wheel`` answer, each a PEP 508 requirement:
+    it becomes a line of the file the installer reads, where an option (``--index-url``)
+    or a second line would change what is installed from where."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if not isinstance(answer, list):
+        raise BuildError(
+            f"The build backend {backend!r} answered get_requires_for_build_wheel with "
+            f"{answer!r}, not a list of requirements.",
+            hint="Fix the backend, or pin its version in build-system.requires.",
+        )
+    for requirement in answer:
+        try:
+            if not isinstance(requirement, str) or "\n" in requirement:
+                raise InvalidRequirement
+            Requirement(requirement)
+        except InvalidRequirement:
+            raise BuildError(
+                f"The build backend {backend!r} asked for {requirement!r} "
+                "(get_requires_for_build_wheel), which is not a requirement (PEP 508).",
+                hint="Fix the backend, or pin its version in build-system.requires.",
+            ) from None
+    return list(answer)
 
 
 def backend_hook_caller(

@@ -32,7 +32,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from wheelkiln import run
-from wheelkiln.builder.environment import BuildSystem, backend_failure, backend_hook_caller
+from wheelkiln.builder.environment import (
+    BuildSystem,
+    backend_failure,
+    backend_hook_caller,
+    checked_dynamic,
+)
 from wheelkiln.errors import UsageError
 
 FRONTEND_VARIABLE = "KILN_FRONTEND"
@@ -127,7 +132,7 @@ def build_wheel(
     except _HookFailed:
         if answered:
             if isinstance(answered[0], list):
-                raise BackendAsks([str(req) for req in answered[0]]) from None
+                raise BackendAsks(checked_dynamic(answered[0], system.backend)) from None
             # The backend could not be asked (its import failed): build_wheel by itself
             # fails the same way, with the message every build gives.
             return build_wheel(
