@@ -1,6 +1,7 @@
 """Build environment creation: venv + pip against uv, and kiln's own against plain uv.
 
     .venv/bin/python benchmarks/bench_env.py [--set NAME ...] [--torch] [--rounds K] [--json]
+    .venv/bin/python benchmarks/bench_env.py --first-build RECIPE [--rounds K] [--json]
 
 Each requirement set is installed three ways, each first with an empty package cache
 (cold: a private ``PIP_CACHE_DIR`` / ``UV_CACHE_DIR``) and then again into a new
@@ -20,6 +21,12 @@ taking turns, and the median of each, every run's seconds in the JSON):
   beside the build, is waited for after and shown apart (``+bc s``: what was left of it
   when ``ensure_environment`` returned; plain uv compiles none).
 
+``--first-build RECIPE`` measures what a build pays instead: a recipe's whole ``kiln build``
+(this checkout's kiln) after its environments were deleted, K times (``--rounds``), with a
+warm package cache and every compile a cache hit (a warm-up build first), in a private
+``KILN_HOME``: the median seconds, whole job and build step. Run from two checkouts, it
+compares their environment handling on a real build.
+
 Sets: ``cmake`` is the issue's (scikit-build-core, pybind11, cmake, ninja, setuptools,
 wheel), ``setuptools`` a small one (setuptools, pybind11). ``--torch`` adds the CUDA torch
 build requirement (torch and setuptools: about 5.4 GB, many minutes; opt-in). All of it
@@ -29,6 +36,7 @@ asks the package index, so the figures include the network as a build sees it.
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import os
 import shutil
@@ -127,6 +135,44 @@ def with_kiln(
     return usable - started, compiled - usable, float(asked.stdout.splitlines()[-1])
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def first_builds(recipe: str, rounds: int, scratch: Path) -> dict[str, Any]:
+    """*rounds* whole ``kiln build`` runs of *recipe*, each after ``envs/`` was deleted,
+    after one warm-up build that fills the package and compiler caches."""
+    home = scratch / "home"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "KILN_BUILDER_LOCK")}
+    env.update(
+        KILN_HOME=str(home),
+        KILN_STATE_HOME=str(scratch / "state"),
+        UV_CACHE_DIR=str(scratch / "uv-cache"),
+        PYTHONPATH=os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH")) if p),
+    )
+    argv = [sys.executable, "-m", "wheelkiln", "build", recipe, "--json", "--no-wheel-cache",
+            "--out", str(scratch / "out"), "--workdir", str(scratch / "work"),
+            "--cache-dir", str(scratch / "ccache")]  # fmt: skip
+    runs: list[dict[str, float]] = []
+    for round_ in range(rounds + 1):
+        shutil.rmtree(home / "envs", ignore_errors=True)
+        started = time.perf_counter()
+        done = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+        whole = time.perf_counter() - started
+        if done.returncode != 0:
+            sys.exit(f"kiln build {recipe} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+        if round_:  # the first one is the warm-up
+            build = float(json.loads(done.stdout)["wall_seconds"])
+            runs.append({"seconds": round(whole, 3), "build_seconds": build})
+    return {
+        "recipe": recipe,
+        "rounds": rounds,
+        "runs": runs,
+        "median_seconds": round(statistics.median(r["seconds"] for r in runs), 3),
+        "median_build_seconds": round(statistics.median(r["build_seconds"] for r in runs), 3),
+        "load_average": os.getloadavg(),
+    }
+
+
 METHODS = ("pip", "uv", "kiln")
 
 
@@ -201,10 +247,27 @@ def main() -> None:
                         help="add the CUDA torch build requirement (about 5.4 GB; slow)")  # fmt: skip
     parser.add_argument("--rounds", type=int, default=1, metavar="K",
                         help="warm runs of each method, taking turns; medians (default 1)")  # fmt: skip
+    parser.add_argument("--first-build", metavar="RECIPE",
+                        help="time whole builds of RECIPE after deleting its environments")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if not 1 <= args.rounds <= 50:
         parser.error(f"--rounds {args.rounds}: give 1 to 50 warm rounds")
+    if args.first_build:
+        compileall.compile_dir(ROOT / "src", quiet=1)  # as installing kiln compiles it
+        with tempfile.TemporaryDirectory(prefix="kiln-bench-first-") as tmp:
+            print(f"measuring first builds of {args.first_build}", file=sys.stderr)
+            figures = first_builds(args.first_build, args.rounds, Path(tmp))
+        if args.json:
+            print(json.dumps(figures, indent=2))
+        else:
+            runs = ", ".join(f"{run['seconds']:.2f}" for run in figures["runs"])
+            print(
+                f"{args.first_build}: a whole kiln build after deleting its environments, "
+                f"median of {args.rounds}: {figures['median_seconds']:.2f} s (runs {runs}; "
+                f"build step {figures['median_build_seconds']:.2f} s)"
+            )
+        return
     uv = find_uv()
     if uv is None:
         sys.exit("uv is not installed: `pip install uv` (wheelkiln depends on it).")
