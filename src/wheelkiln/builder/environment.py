@@ -767,7 +767,7 @@ class _Request:
     def memo(self) -> Path:
         return self.envs_root / "resolved" / f"{self.key}.json"
 
-    def locked(self) -> Any:
+    def locked(self) -> contextlib.AbstractContextManager[None]:
         """The request's lock: parallel jobs share one resolution and one environment."""
         return _flocked(self.envs_root / "resolved" / f"{self.key}.lock")
 
@@ -1031,14 +1031,13 @@ def ensure_environment(
     """
     system = read_build_system(tree)
     settings = dict(config_settings or {})
+    requested = (*system.requires, *extra_requires)
     request = _request(
         python_version,
-        (*system.requires, *extra_requires),
+        requested,
         envs_root,
         base_env,
-        lambda identity, installer: _request_key(
-            identity, (*system.requires, *extra_requires), tree, settings, installer
-        ),
+        lambda identity, installer: _request_key(identity, requested, tree, settings, installer),
     )
     env = request.env
     with request.locked():
