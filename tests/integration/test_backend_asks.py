@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import ensurepip
 import json
+import os
 import shutil
 import textwrap
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import Kiln
 from tests.wheels import in_tree_backend, pure_wheel
+from wheelkiln.builder.environment import ensure_environment, finish_bytecode, settle_dynamic
 
 BACKEND = textwrap.dedent(
     '''
@@ -190,3 +193,31 @@ def test_a_backend_answer_that_is_no_requirement_fails_the_build_saying_so(
         in " ".join(failed.stderr.split()), failed.stderr
     assert [hook for hook, _ in _calls(calls)] == ["get_requires_for_build_wheel"]
     assert _memo(home)["dynamic"] is None, "nothing recorded: the next build asks again"
+
+
+def test_jobs_of_one_request_settle_on_one_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Shard jobs of one cell each ask the backend in their own build; the first answer
+    recorded holds, and every job builds in the environment it names."""
+    for name in [name for name in os.environ if name.startswith(("PIP_", "UV_"))]:
+        monkeypatch.delenv(name)
+    for name, value in _index(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    _package(tmp_path, ["kiln-extra"])
+    envs = tmp_path / "envs"
+    first = ensure_environment(tmp_path / "pkg", "3.11", [], envs, ask_in_build=True)
+    second = ensure_environment(tmp_path / "pkg", "3.11", [], envs, ask_in_build=True)
+    assert first == second and first.ask_backend, "not asked yet: both jobs ask"
+
+    with ThreadPoolExecutor(4) as pool:
+        settled = list(pool.map(lambda _: settle_dynamic(first, ["kiln-extra"], "3.11", envs),
+                                range(4)))  # fmt: skip
+    finish_bytecode()
+    assert len({environment.path for environment in settled}) == 1
+    (grown,) = {environment.path for environment in settled}
+    assert grown != first.path and not settled[0].ask_backend
+    assert settled[0].frozen() == "kiln-base==1.0\nkiln-extra==1.0\n"
+    assert len(list(envs.glob("*/kiln-env.json"))) == 2, "one environment made for all four"
+    again = ensure_environment(tmp_path / "pkg", "3.11", [], envs, ask_in_build=True)
+    assert again.path == grown and not again.ask_backend
