@@ -142,3 +142,76 @@ def test_source_exclude_in_a_recipe(tmp_path: Path) -> None:
     assert caught.value.message.startswith(
         f"{recipe}: key 'source.exclude[0]': must not contain '..'"
     )
+
+
+def _tree(root: Path) -> dict[str, tuple[str, str | bytes, int, int]]:
+    """Every entry under *root*, not following links: its kind, content or target, mode
+    and mtime (a directory's own mtime moves as it is written into: left out)."""
+    found: dict[str, tuple[str, str | bytes, int, int]] = {}
+    for directory, subdirectories, files in os.walk(root):
+        for name in (*subdirectories, *files):
+            path = Path(directory, name)
+            status = path.lstat()
+            if path.is_symlink():
+                found[path.relative_to(root).as_posix()] = ("link", os.readlink(path), 0, 0)
+            elif path.is_dir():
+                found[path.relative_to(root).as_posix()] = ("dir", "", status.st_mode, 0)
+            else:
+                entry = ("file", path.read_bytes(), status.st_mode, status.st_mtime_ns)
+                found[path.relative_to(root).as_posix()] = entry
+    return found
+
+
+def test_a_copy_over_an_earlier_one_is_the_source_and_writes_nothing_outside(
+    tmp_path: Path,
+) -> None:
+    """A job run again copies its tree in place of the last one, which its build may have
+    changed in any way: what is left is the source, as a fresh copy has it."""
+    outside = write(tmp_path / "outside", {"secret.txt": "outside\n", "dir/x.txt": "x\n"})
+    pristine = write(tmp_path / "pristine", {**SOURCE, "a/b/c.txt": "deep\n"})
+    (pristine / "src/pkg/read-only.txt").write_text("ro\n")
+    (pristine / "src/pkg/read-only.txt").chmod(0o444)
+    (pristine / "link-to-init").symlink_to("src/pkg/__init__.py")
+    os.utime(pristine / "pyproject.toml", (1_000_000_000, 1_000_000_000))
+    fresh = tmp_path / "fresh"
+    expected_digest = copy_tree(pristine, fresh)
+
+    copy = tmp_path / "copy"
+    copy_tree(pristine, copy)
+    # What a build (or an attacker in one) could leave behind:
+    write(copy, {"build/lib/x.so": "obj\n", "src/pkg/generated.c": "gen\n", "extra.txt": "x\n"})
+    (copy / "pyproject.toml").write_text("[project]\nname = 'evil'\n")
+    os.utime(copy / "pyproject.toml", (1_000_000_000, 1_000_000_000))  # same mtime, new bytes
+    notes = copy / "src/pkg/tools/_skbuild/notes.txt"
+    stamp = notes.stat().st_mtime_ns
+    notes.write_text("KEPT\n")  # the same size, too
+    os.utime(notes, ns=(stamp, stamp))
+    shutil.rmtree(copy / "a/b")
+    (copy / "a/b").write_text("a file where a directory was\n")
+    (copy / "src/pkg/__init__.py").unlink()
+    (copy / "src/pkg/__init__.py").symlink_to(outside / "secret.txt")  # a write would follow it
+    shutil.rmtree(copy / "src/pkg/dist")
+    (copy / "src/pkg/dist").symlink_to(outside / "dir", target_is_directory=True)
+    (copy / "src/pkg/build/__init__.py").unlink()
+    os.link(outside / "dir/x.txt", copy / "src/pkg/build/__init__.py")  # another name of it
+    (copy / "link-to-init").unlink()
+    (copy / "link-to-init").mkdir()
+    (copy / "link-to-init" / "inside.txt").write_text("in a directory where a link was\n")
+
+    assert copy_tree(pristine, copy) == expected_digest == source_digest(copy)
+    assert _tree(copy) == _tree(fresh)
+    assert _tree(outside) == {
+        "dir": _tree(outside)["dir"],
+        "secret.txt": ("file", b"outside\n", 0o100644, _tree(outside)["secret.txt"][3]),
+        "dir/x.txt": ("file", b"x\n", 0o100644, _tree(outside)["dir/x.txt"][3]),
+    }
+
+
+def test_a_copy_over_a_link_to_a_directory_leaves_that_directory_alone(tmp_path: Path) -> None:
+    outside = write(tmp_path / "outside", {"keep.txt": "keep\n"})
+    pristine = write(tmp_path / "pristine", SOURCE)
+    copy = tmp_path / "copy"
+    copy.symlink_to(outside, target_is_directory=True)
+    assert copy_tree(pristine, copy) == source_digest(pristine)
+    assert not copy.is_symlink() and files_under(copy) == sorted(SOURCE)
+    assert files_under(outside) == ["keep.txt"]

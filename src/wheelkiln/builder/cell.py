@@ -156,6 +156,20 @@ def make_cache(
     )
 
 
+def _empty_but(job_dir: Path, tree: Path) -> None:
+    """*job_dir* made and emptied for a new build, all but *tree* (a directory in it)."""
+    if job_dir.is_symlink() or (job_dir.exists() and not job_dir.is_dir()):
+        job_dir.unlink()
+    job_dir.mkdir(parents=True, exist_ok=True)
+    for entry in job_dir.iterdir():
+        if entry == tree and entry.is_dir() and not entry.is_symlink():
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+
+
 class _EnvironmentGrew(Exception):
     """The backend, asked in the build's process, wanted what its environment lacks: the
     build starts again in the environment that holds it."""
@@ -222,8 +236,7 @@ def _build_cell(
         quiet=options.job.quiet,
     ):
         pristine = fetch_source(loaded, sources_dir())
-        shutil.rmtree(job_dir, ignore_errors=True)
-        job_dir.mkdir(parents=True)
+        _empty_but(job_dir, tree)  # the tree is copied again in place (copy_tree)
         digest = copy_tree(pristine, tree, recipe.source.exclude)
         if options.job.prepare_tree is not None and options.job.prepare_tree(tree):
             digest = source_digest(tree, recipe.source.exclude)  # what it left of the copy

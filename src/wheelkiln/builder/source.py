@@ -14,7 +14,7 @@ import stat
 import tarfile
 import tempfile
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from wheelkiln import run
@@ -234,11 +234,26 @@ def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_
     digesting the copy read every file twice and walked the tree twice (0.2 s of a job
     for awkward-cpp's 1,918 files). It is the digest of what the build gets even when
     the source changes during the copy.
+
+    An earlier copy at *destination* (the same job run again: a hot build, a link job)
+    is made into this one in place: each file already there is read beside the source's
+    and kept where its bytes are the same (its mode and mtimes set again), written again
+    from the source where they differ, and whatever the source does not hold (build
+    outputs, files a build added, a link where the source has a directory) is removed.
+    Creating awkward-cpp's 1,918 files took 0.5 s of a 0.7-1.6 s copy on this machine,
+    and rewriting them in place as long (ext4 flushes a file truncated and written
+    again); reading them, 0.1 s. A file is made anew where the old one is no regular
+    file or has another link (writing into it would change that other name too), and no
+    read or write follows a symlink.
     """
     root = Path(pristine)
     target = os.fspath(destination)
     contents: dict[str, str] = {}  # each regular file copied, by its path in the copy
     links: list[str] = []  # each symlink copied (as a link), by its path in the copy
+    directories: set[str] = {target}
+
+    if not _is_kind(target, stat.S_ISDIR):
+        _remove(target)
 
     def ignore(directory: str, names: list[str]) -> set[str]:
         relative = Path(directory).relative_to(root).parts
@@ -251,30 +266,99 @@ def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_
                 mode = os.lstat(os.path.join(directory, name)).st_mode  # noqa: PTH118
             except OSError:
                 continue  # gone: copytree reports it as it always did
+            copied = os.path.join(target, *relative, name)  # noqa: PTH118
             if stat.S_ISLNK(mode):
-                links.append(os.path.join(target, *relative, name))  # noqa: PTH118
-            elif not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                links.append(copied)
+                _remove(copied)  # a symlink is made only where nothing is
+            elif stat.S_ISDIR(mode):
+                directories.add(copied)
+                if not _is_kind(copied, stat.S_ISDIR):
+                    _remove(copied)
+            elif stat.S_ISREG(mode):
+                if not _is_kind(copied, stat.S_ISREG):
+                    _remove(copied)
+            else:
                 left_out.add(name)  # a fifo, socket or device (see _is_special)
         return left_out
 
     def copy_file(source: str, copied: str) -> str:
-        digest = hashlib.sha256()
-        with open(source, "rb") as reader, open(copied, "wb") as writer:
-            while block := reader.read(1 << 20):
-                digest.update(block)
-                writer.write(block)
+        digest = _digest_if_same(source, copied)
+        if digest is None:
+            digest = hashlib.sha256()
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+            try:
+                descriptor = os.open(copied, flags, 0o600)
+            except PermissionError:  # an earlier copy of a read-only file: made anew
+                Path(copied).unlink()
+                descriptor = os.open(copied, flags, 0o600)
+            with open(source, "rb") as reader, open(descriptor, "wb") as writer:
+                while block := reader.read(1 << 20):
+                    digest.update(block)
+                    writer.write(block)
         shutil.copystat(source, copied)  # as shutil.copy2: mode and mtimes
         contents[copied] = digest.hexdigest()
         return copied
 
-    shutil.rmtree(destination, ignore_errors=True)
-    shutil.copytree(root, destination, ignore=ignore, symlinks=True, copy_function=copy_file)
+    shutil.copytree(
+        root, destination, ignore=ignore, symlinks=True, copy_function=copy_file,
+        dirs_exist_ok=True,
+    )  # fmt: skip
+    kept = {*contents, *links}
+    for directory, subdirectories, files in os.walk(target, topdown=False):
+        for name in files:
+            path = os.path.join(directory, name)  # noqa: PTH118
+            if path not in kept:
+                _remove(path)
+        for name in subdirectories:
+            path = os.path.join(directory, name)  # noqa: PTH118
+            if path not in directories and path not in kept:
+                _remove(path)
     entries = [(path, contents.get(path)) for path in (*contents, *links)]
     tree = target + os.sep
     return _digest(
         (path[len(tree) :].replace(os.sep, "/"), Path(path), content)
         for path, content in entries
     )
+
+
+def _digest_if_same(source: str, copied: str) -> hashlib._Hash | None:
+    """The digest of *source* where *copied* (an earlier copy's file) holds the same
+    bytes, read side by side; ``None`` where it does not, or is no regular file."""
+    try:
+        if os.lstat(copied).st_size != Path(source).stat().st_size:
+            return None
+        descriptor = os.open(copied, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    digest = hashlib.sha256()
+    with open(source, "rb") as reader, open(descriptor, "rb") as earlier:
+        while block := reader.read(1 << 20):
+            if earlier.read(len(block)) != block:
+                return None
+            digest.update(block)
+        return digest if not earlier.read(1) else None
+
+
+def _is_kind(path: str, is_kind: Callable[[int], bool]) -> bool:
+    """Whether *path* is, itself (not through a symlink), of a kind a copy can be made
+    into: a directory, or a regular file with no other link."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return True  # nothing there: made by the copy
+    return is_kind(status.st_mode) and (stat.S_ISDIR(status.st_mode) or status.st_nlink == 1)
+
+
+def _remove(path: str) -> None:
+    """Remove *path*, a directory with what it holds, never what a symlink leads to."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(status.st_mode):
+        shutil.rmtree(path)
+    else:
+        Path(path).unlink()
 
 
 def source_digest(tree: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> str:
