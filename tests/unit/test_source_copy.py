@@ -153,7 +153,7 @@ def _tree(root: Path) -> dict[str, tuple[str, str | bytes, int, int]]:
             path = Path(directory, name)
             status = path.lstat()
             if path.is_symlink():
-                found[path.relative_to(root).as_posix()] = ("link", os.readlink(path), 0, 0)
+                found[path.relative_to(root).as_posix()] = ("link", str(path.readlink()), 0, 0)
             elif path.is_dir():
                 found[path.relative_to(root).as_posix()] = ("dir", "", status.st_mode, 0)
             else:
