@@ -84,8 +84,10 @@ from wheelkiln.shard import partition  # noqa: E402
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
     from typing import NoReturn
+
+    from wheelkiln.shard.ahead import Owned
 
 AHEAD_CHILD = "KILN_AHEAD_CHILD"
 """In the environment of an ahead compile (:data:`wheelkiln.shard.ahead.CHILD`, named
@@ -810,7 +812,7 @@ def _ahead_dir(config: SeatConfig) -> str | None:
     return config.ahead_dir
 
 
-def _owned(config: SeatConfig) -> Callable[[list[str], str], tuple[str, str | None] | None]:
+def _owned(config: SeatConfig) -> Owned:
     """The output and TU key of a command line of ninja's when it is one of this shard's
     compiles."""
     from wheelkiln.per_tu import SEAT_SCRIPT
