@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
+from wheelkiln.builder.source import copy_tree, empty_but, fetch_source, source_digest
 from wheelkiln.errors import RecipeError
 from wheelkiln.recipe.load import load_recipe
 
@@ -215,3 +215,20 @@ def test_a_copy_over_a_link_to_a_directory_leaves_that_directory_alone(tmp_path:
     assert copy_tree(pristine, copy) == source_digest(pristine)
     assert not copy.is_symlink() and files_under(copy) == sorted(SOURCE)
     assert files_under(outside) == ["keep.txt"]
+
+
+def test_a_job_directory_is_emptied_but_for_its_source_copy(tmp_path: Path) -> None:
+    outside = write(tmp_path / "outside", {"keep.txt": "keep\n"})
+    job = write(tmp_path / "job", {"src/a.py": "a\n", "build/x.o": "o\n", "build.log": "l\n"})
+    (job / "dist").symlink_to(outside, target_is_directory=True)
+    empty_but(job, job / "src")
+    assert files_under(job) == ["src/a.py"] and not (job / "dist").exists()
+    assert files_under(outside) == ["keep.txt"]
+    (job / "src").rename(job / "elsewhere")
+    (job / "src").symlink_to(outside, target_is_directory=True)  # the copy's place, a link
+    empty_but(job, job / "src")
+    assert list(job.iterdir()) == [] and files_under(outside) == ["keep.txt"]
+    linked = tmp_path / "linked-job"
+    linked.symlink_to(outside, target_is_directory=True)
+    empty_but(linked, linked / "src")
+    assert linked.is_dir() and not linked.is_symlink() and files_under(outside) == ["keep.txt"]

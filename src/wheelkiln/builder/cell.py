@@ -5,7 +5,6 @@ a build record needs."""
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -35,7 +34,7 @@ from wheelkiln.builder.job_env import (
 )
 from wheelkiln.builder.linker import cmake_version, linker_environment, linker_versions
 from wheelkiln.builder.meson_version import meson_front
-from wheelkiln.builder.source import copy_tree, fetch_source, source_digest
+from wheelkiln.builder.source import copy_tree, empty_but, fetch_source, source_digest
 from wheelkiln.builder.toolchain import (
     DEBUG_PREFIX,
     Launch,
@@ -156,20 +155,6 @@ def make_cache(
     )
 
 
-def _empty_but(job_dir: Path, tree: Path) -> None:
-    """*job_dir* made and emptied for a new build, all but *tree* (a directory in it)."""
-    if job_dir.is_symlink() or (job_dir.exists() and not job_dir.is_dir()):
-        job_dir.unlink()
-    job_dir.mkdir(parents=True, exist_ok=True)
-    for entry in job_dir.iterdir():
-        if entry == tree and entry.is_dir() and not entry.is_symlink():
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            entry.unlink(missing_ok=True)
-
-
 class _EnvironmentGrew(Exception):
     """The backend, asked in the build's process, wanted what its environment lacks: the
     build starts again in the environment that holds it."""
@@ -236,7 +221,7 @@ def _build_cell(
         quiet=options.job.quiet,
     ):
         pristine = fetch_source(loaded, sources_dir())
-        _empty_but(job_dir, tree)  # the tree is copied again in place (copy_tree)
+        empty_but(job_dir, tree)  # the tree is copied again in place (copy_tree)
         digest = copy_tree(pristine, tree, recipe.source.exclude)
         if options.job.prepare_tree is not None and options.job.prepare_tree(tree):
             digest = source_digest(tree, recipe.source.exclude)  # what it left of the copy

@@ -321,6 +321,18 @@ def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_
     )
 
 
+def empty_but(directory: Path, kept: Path) -> None:
+    """*directory* made and emptied for a new job, all but *kept* (a directory in it: the
+    source copy, which :func:`copy_tree` makes again in place); nothing is removed
+    through a symlink."""
+    if not _is_kind(os.fspath(directory), stat.S_ISDIR):
+        _remove(os.fspath(directory))
+    directory.mkdir(parents=True, exist_ok=True)
+    for entry in directory.iterdir():
+        if entry != kept or not _is_kind(os.fspath(entry), stat.S_ISDIR):
+            _remove(os.fspath(entry))
+
+
 def _digest_if_same(source: str, copied: str) -> hashlib._Hash | None:
     """The digest of *source* where *copied* (an earlier copy's file) holds the same
     bytes, read side by side; ``None`` where it does not, or is no regular file."""
