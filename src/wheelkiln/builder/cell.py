@@ -155,15 +155,6 @@ def make_cache(
     )
 
 
-class _EnvironmentGrew(Exception):
-    """The backend, asked in the build's process, wanted what its environment lacks: the
-    build starts again in the environment that holds it."""
-
-    def __init__(self, requirements: list[str]) -> None:
-        super().__init__(requirements)
-        self.requirements = requirements
-
-
 def build_cell(
     loaded: LoadedRecipe,
     cell: Cell,
@@ -179,7 +170,10 @@ def build_cell(
     copy (``prepare_tree``) digests the copy."""
     try:
         return _build_cell(loaded, cell, options, toolchain, known_digest=known_digest)
-    except _EnvironmentGrew as grew:
+    except frontend.BackendAsks as grew:
+        # Raised out of _build_cell only where the backend, asked in the build's process,
+        # wanted what its environment lacks (what the lock holds, the build goes on
+        # with): start again in the environment that holds it.
         if not options.job.quiet:
             ui.info(
                 "The build backend asked for "
@@ -414,7 +408,7 @@ def _build_cell(
                     )
                     if settled.path != environment.path:
                         # Everything above that names the environment names the old one.
-                        raise _EnvironmentGrew(asked.requirements) from None
+                        raise
                     environment = settled
                     done = call_backend(False)
             else:
