@@ -366,6 +366,7 @@ def _build_cell(
             backend.config_settings,
             kiln_home() / "cmake-id",
             python=seen.python,
+            source_digest=digest,
         )
     if cache is not None:
         cache.start()

@@ -31,9 +31,9 @@ check the kept answers themselves: both ask again when the executable they are g
 not the one the answers came from.
 
 The results of the project's own checks (``try_compile``: pybind11's ``HAS_FLTO_AUTO``,
-FindThreads' ``CMAKE_HAVE_LIBC_PTHREAD``) are not kept: a check may read any header or
-library on the system (``check_include_file``, ``check_library_exists``), and a failed
-check depends on a file being absent; no key kiln can read names those files.
+FindThreads' ``CMAKE_HAVE_LIBC_PTHREAD``) are kept beside the identification too, under a
+key that adds the source, the build environment and the system's headers and libraries
+(:mod:`wheelkiln.builder.cmake_checks`).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from wheelkiln.builder import cmake_checks
 from wheelkiln.builder.probes import probe
 
 COMPILER_NAMES = ("cc", "c++", "gcc", "g++")
@@ -95,6 +96,12 @@ class Kept:
     interpreter to key by."""
     interpreter: Path | None = None
     """The interpreter the backend hands CMake, whose answers are kept."""
+    checks: Path | None = None
+    """``<identification>/checks-<key>`` (:func:`cmake_checks.store_for`), or None while
+    no identification was kept before this build."""
+    check_key: tuple[str, Path, Mapping[str, str]] | None = None
+    """The source's digest, the build environment and the build's environment variables:
+    what the checks' key is made of once an identification is kept."""
 
 
 def find_cmake(build_env: Path, environ: Mapping[str, str]) -> str | None:
@@ -283,12 +290,18 @@ def keep(store: Path, version: str, build_dir: Path) -> None:
 
 
 def keep_all(kept: Kept, build_dir: Path) -> None:
-    """After a successful build: keep its identification and its interpreter answers."""
+    """After a successful build: keep its identification, its interpreter answers and
+    its check results."""
     keep(kept.identification, kept.version, build_dir)
-    if kept.python is None or kept.interpreter is None:
+    if not (kept.identification / "complete").is_file():
         return
-    if (kept.identification / "complete").is_file():
+    if kept.python is not None and kept.interpreter is not None:
         keep_python(kept.python, build_dir, kept.interpreter)
+    checks = kept.checks
+    if checks is None and kept.check_key is not None:
+        checks = cmake_checks.store_for(kept.identification, *kept.check_key)
+    if checks is not None and not (checks / "complete").is_file():
+        _write_whole(checks, cmake_checks.kept_files(build_dir))
 
 
 def prepare(
@@ -299,11 +312,13 @@ def prepare(
     config_settings: Sequence[tuple[str, str]],
     store_root: Path,
     python: Path | None = None,
+    source_digest: str | None = None,
 ) -> Kept | None:
     """Seed *build_dir* from a kept identification where one matches, with the kept
-    answers of *python* (the interpreter the backend hands CMake) where they match too;
-    returns where to keep this build's (:func:`keep_all` after a successful build), or
-    ``None`` when no cmake is found."""
+    answers of *python* (the interpreter the backend hands CMake) and the kept check
+    results of this *source_digest* where they match too; returns where to keep this
+    build's (:func:`keep_all` after a successful build), or ``None`` when no cmake is
+    found."""
     cmake = find_cmake(build_env, environ)
     version = cmake_version(cmake) if cmake else None
     if cmake is None or version is None:
@@ -311,5 +326,8 @@ def prepare(
     store = store_root / identification_key(cmake, version, tree, environ, config_settings)
     interpreter = python_key(python) if python is not None else None
     answers = store / f"python-{interpreter}" if interpreter is not None else None
-    seed(store, build_dir, version, answers)
-    return Kept(store, version, answers, python)
+    check_key = (source_digest, build_env, dict(environ)) if source_digest else None
+    checks = cmake_checks.store_for(store, *check_key) if check_key else None
+    if seed(store, build_dir, version, answers) and checks is not None:
+        cmake_checks.seed(checks, build_dir)
+    return Kept(store, version, answers, python, checks, check_key)

@@ -1,0 +1,160 @@
+"""Kept CMake check results: only a check's whole answer is kept, it is seeded into the
+next fresh configure of the same source on the same system, and a header installed
+where the compiler searches (or another source) makes the check run again."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from wheelkiln import run
+from wheelkiln.builder import cmake_checks, cmake_id
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+def test_whole_answers_are_read_from_the_configure_log_of_cmake_4(tmp_path: Path) -> None:
+    """From CMake 3.26 on: try_compile events whose check is "Performing Test <var>" or
+    "Looking for ...", cached; never a try_run, check_type_size's size, or an
+    identification step (the log is a real CMake 4.4 one, trimmed)."""
+    files = tmp_path / "CMakeFiles"
+    files.mkdir()
+    shutil.copy(DATA / "cmake-4.4-configure-log.yaml", files / "CMakeConfigureLog.yaml")
+    assert cmake_checks.checked_variables(tmp_path) == [
+        "HAVE_KILN_PROBE",
+        "HAVE_PTHREAD_H",
+        "HAVE_KILN_ABSENT",
+        "HAVE_SYS_TYPES_H",
+        "HAVE_STDINT_H",
+        "HAVE_STDDEF_H",
+        "CMAKE_HAVE_LIBC_PTHREAD",
+    ]
+    (tmp_path / "CMakeCache.txt").write_text(
+        "//Test HAVE_KILN_PROBE\nHAVE_KILN_PROBE:INTERNAL=\n"
+        "HAVE_PTHREAD_H:INTERNAL=1\nHAVE_SIZEOF_LONG:INTERNAL=TRUE\nSIZEOF_LONG:INTERNAL=8\n"
+        "RUNS_TRIVIAL:INTERNAL=1\nRUNS_TRIVIAL_EXITCODE:INTERNAL=0\n"
+        "HAVE_STDINT_H:BOOL=ON\n"  # set by the project, not by the check: not kept
+    )
+    assert cmake_checks.check_results(tmp_path) == [
+        "HAVE_KILN_PROBE:INTERNAL=",
+        "HAVE_PTHREAD_H:INTERNAL=1",
+    ]
+
+
+def _tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "src"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text(
+        "cmake_minimum_required(VERSION 3.18)\n"
+        "project(p CXX)\n"
+        "include(CheckCXXSourceCompiles)\n"
+        'check_cxx_source_compiles("#include <kiln_probe.h>\\nint main() { return 0; }"'
+        " HAVE_KILN_PROBE)\n"
+        "find_package(Threads REQUIRED)\n"
+        'message(STATUS "kiln-probe=[${HAVE_KILN_PROBE}]")\n'
+    )
+    return tree
+
+
+def _configure(tree: Path, build: Path, env: dict[str, str]) -> tuple[str, list[str]]:
+    """The probe's value and the checks this configure performed."""
+    done = run.run(["cmake", "-S", str(tree), "-B", str(build)], env=env, check=True)
+    found = re.search(r"kiln-probe=\[(.*)\]", done.output)
+    assert found, done.output
+    return found[1], re.findall(r"-- Performing Test (\w+)$", done.output, re.MULTILINE)
+
+
+@pytest.mark.compile
+@pytest.mark.skipif(not shutil.which("cmake"), reason="needs cmake")
+def test_kept_results_are_seeded_until_a_header_appears_or_the_source_changes(
+    tmp_path: Path,
+) -> None:
+    tree = _tree(tmp_path)
+    include = tmp_path / "include"  # searched by the compiler (CPATH): an implicit dir
+    include.mkdir()
+    env = {**os.environ, "CPATH": str(include)}
+    env.pop("CMAKE_ARGS", None)
+    store_root = tmp_path / "cmake-id"
+    build_env = tmp_path / "env"
+
+    def prepare(build: Path, digest: str) -> cmake_id.Kept:
+        kept = cmake_id.prepare(build, tree, env, build_env, [], store_root, source_digest=digest)
+        assert kept is not None
+        return kept
+
+    first = prepare(tmp_path / "b1", "digest-1")
+    assert first.checks is None, "no identification kept yet: nothing names the system"
+    assert _configure(tree, tmp_path / "b1", env) == (
+        "",
+        ["HAVE_KILN_PROBE", "CMAKE_HAVE_LIBC_PTHREAD"],
+    )
+    cmake_id.keep_all(first, tmp_path / "b1")
+    [kept_checks] = first.identification.glob("checks-*")
+    assert (kept_checks / "cache.txt").read_text() == (
+        "CMAKE_HAVE_LIBC_PTHREAD:INTERNAL=1\nHAVE_KILN_PROBE:INTERNAL=\n"
+    )
+
+    # The same source on the same system: both answers seeded, no check performed.
+    second = prepare(tmp_path / "b2", "digest-1")
+    assert second.checks == kept_checks
+    assert _configure(tree, tmp_path / "b2", env) == ("", [])
+
+    # Another source: its checks run again.
+    assert prepare(tmp_path / "b3", "digest-2").checks != kept_checks
+    assert _configure(tree, tmp_path / "b3", env)[1] == ["HAVE_KILN_PROBE", "CMAKE_HAVE_LIBC_PTHREAD"]
+
+    # The header the failed check wanted is installed: another key, the check runs and
+    # now succeeds; kept, the success is what the next configure gets.
+    (include / "kiln_probe.h").write_text("#define KILN_PROBE 1\n")
+    fourth = prepare(tmp_path / "b4", "digest-1")
+    assert fourth.checks not in (None, kept_checks)
+    assert _configure(tree, tmp_path / "b4", env) == (
+        "1",
+        ["HAVE_KILN_PROBE", "CMAKE_HAVE_LIBC_PTHREAD"],
+    )
+    cmake_id.keep_all(fourth, tmp_path / "b4")
+    assert prepare(tmp_path / "b5", "digest-1").checks == fourth.checks
+    assert _configure(tree, tmp_path / "b5", env) == ("1", [])
+
+
+def test_the_system_signature_follows_headers_libraries_and_the_linker(tmp_path: Path) -> None:
+    include, deep, link = tmp_path / "inc", tmp_path / "inc" / "sub", tmp_path / "lib"
+    for directory in (deep, link, tmp_path / "bin"):
+        directory.mkdir(parents=True)
+    identification = tmp_path / "id"
+    identification.mkdir()
+    (identification / "CMakeCXXCompiler.cmake").write_text(
+        f'set(CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES "{include};{deep}")\n'
+        f'set(CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES "{link}")\n'
+    )
+    assert cmake_checks.system_directories(identification) == ([str(include)], [str(link)])
+    (deep / "a.h").write_text("int a;\n")
+    (link / "libx.so").write_text("x")
+    ld = tmp_path / "bin" / "ld"
+    ld.write_text("#!/bin/sh\n")
+    ld.chmod(0o755)
+    env = {"PATH": str(tmp_path / "bin")}
+
+    def signature() -> str:
+        return cmake_checks.system_signature(identification, env)
+
+    base = signature()
+    assert signature() == base
+    time.sleep(0.01)
+    (deep / "a.h").write_text("int b;\n")  # in place, same size, below the top
+    changed = signature()
+    assert changed != base
+    (link / "sub").mkdir()
+    (link / "sub" / "liby.so").write_text("y")
+    changed_again = signature()
+    assert changed_again != changed, "an entry of a link directory"
+    time.sleep(0.01)
+    (link / "sub" / "liby.so").write_text("z")  # the linker does not search below
+    assert signature() == changed_again
+    ld.write_text("#!/bin/sh\n# another linker\n")
+    assert signature() != changed_again
