@@ -145,10 +145,16 @@ def test_the_system_signature_follows_headers_libraries_and_the_linker(tmp_path:
 
     base = signature()
     assert signature() == base
-    time.sleep(0.01)
-    (deep / "a.h").write_text("int b;\n")  # in place, same size, below the top
+    (deep / "b.h").write_text("int b;\n")  # installed, below the top
     changed = signature()
     assert changed != base
+    (deep / "b.h").rename(deep / "c.h")
+    assert signature() != changed
+    (deep / "c.h").unlink()
+    changed = signature()
+    time.sleep(0.01)
+    (deep / "a.h").write_text("int c;\n")  # written in place: not seen (module doc)
+    assert signature() == changed
     (link / "sub").mkdir()
     (link / "sub" / "liby.so").write_text("y")
     changed_again = signature()
