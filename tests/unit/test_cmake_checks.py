@@ -82,8 +82,10 @@ def test_kept_results_are_seeded_until_a_header_appears_or_the_source_changes(
     store_root = tmp_path / "cmake-id"
     build_env = tmp_path / "env"
 
-    def prepare(build: Path, digest: str) -> cmake_id.Kept:
-        kept = cmake_id.prepare(build, tree, env, build_env, [], store_root, source_digest=digest)
+    def prepare(build: Path, digest: str, recache: bool = False) -> cmake_id.Kept:
+        kept = cmake_id.prepare(
+            build, tree, env, build_env, [], store_root, source_digest=digest, recache=recache
+        )
         assert kept is not None
         return kept
 
@@ -120,6 +122,22 @@ def test_kept_results_are_seeded_until_a_header_appears_or_the_source_changes(
     cmake_id.keep_all(fourth, tmp_path / "b4")
     assert prepare(tmp_path / "b5", "digest-1").checks == fourth.checks
     assert _configure(tree, tmp_path / "b5", env) == ("1", [])
+
+    # A kept result gone stale unseen (a header written in place): --recache runs the
+    # checks again and its results replace the kept ones.
+    assert fourth.checks is not None
+    (fourth.checks / "cache.txt").write_text("HAVE_KILN_PROBE:INTERNAL=\n")
+    assert prepare(tmp_path / "b6", "digest-1").checks == fourth.checks
+    assert _configure(tree, tmp_path / "b6", env) == ("", ["CMAKE_HAVE_LIBC_PTHREAD"])
+    again = prepare(tmp_path / "b7", "digest-1", recache=True)
+    assert _configure(tree, tmp_path / "b7", env) == (
+        "1",
+        ["HAVE_KILN_PROBE", "CMAKE_HAVE_LIBC_PTHREAD"],
+    )
+    cmake_id.keep_all(again, tmp_path / "b7")
+    assert (fourth.checks / "cache.txt").read_text() == (
+        "CMAKE_HAVE_LIBC_PTHREAD:INTERNAL=1\nHAVE_KILN_PROBE:INTERNAL=1\n"
+    )
 
 
 def test_the_system_signature_follows_headers_libraries_and_the_linker(tmp_path: Path) -> None:

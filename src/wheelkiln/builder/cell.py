@@ -367,6 +367,7 @@ def _build_cell(
             kiln_home() / "cmake-id",
             python=seen.python,
             source_digest=digest,
+            recache=options.recache,
         )
     if cache is not None:
         cache.start()

@@ -102,6 +102,8 @@ class Kept:
     check_key: tuple[str, Path, Mapping[str, str]] | None = None
     """The source's digest, the build environment and the build's environment variables:
     what the checks' key is made of once an identification is kept."""
+    recache: bool = False
+    """``--recache``: no check result was seeded, and this build's replace those kept."""
 
 
 def find_cmake(build_env: Path, environ: Mapping[str, str]) -> str | None:
@@ -300,7 +302,11 @@ def keep_all(kept: Kept, build_dir: Path) -> None:
     checks = kept.checks
     if checks is None and kept.check_key is not None:
         checks = cmake_checks.store_for(kept.identification, *kept.check_key)
-    if checks is not None and not (checks / "complete").is_file():
+    if checks is None:
+        return
+    if kept.recache:
+        shutil.rmtree(checks, ignore_errors=True)
+    if not (checks / "complete").is_file():
         _write_whole(checks, cmake_checks.kept_files(build_dir))
 
 
@@ -313,12 +319,14 @@ def prepare(
     store_root: Path,
     python: Path | None = None,
     source_digest: str | None = None,
+    recache: bool = False,
 ) -> Kept | None:
     """Seed *build_dir* from a kept identification where one matches, with the kept
     answers of *python* (the interpreter the backend hands CMake) and the kept check
-    results of this *source_digest* where they match too; returns where to keep this
-    build's (:func:`keep_all` after a successful build), or ``None`` when no cmake is
-    found."""
+    results of this *source_digest* where they match too (not with *recache*: the
+    project's checks run again and their results replace the kept ones); returns where
+    to keep this build's (:func:`keep_all` after a successful build), or ``None`` when no
+    cmake is found."""
     cmake = find_cmake(build_env, environ)
     version = cmake_version(cmake) if cmake else None
     if cmake is None or version is None:
@@ -328,6 +336,6 @@ def prepare(
     answers = store / f"python-{interpreter}" if interpreter is not None else None
     check_key = (source_digest, build_env, dict(environ)) if source_digest else None
     checks = cmake_checks.store_for(store, *check_key) if check_key else None
-    if seed(store, build_dir, version, answers) and checks is not None:
+    if seed(store, build_dir, version, answers) and checks is not None and not recache:
         cmake_checks.seed(checks, build_dir)
-    return Kept(store, version, answers, python, checks, check_key)
+    return Kept(store, version, answers, python, checks, check_key, recache)

@@ -65,7 +65,7 @@ def _cache_line(record: dict[str, Any]) -> str:
 @cache_dir_option()
 @jobs_option()
 @click.option(
-    "--recache", is_flag=True, help="Compile everything and overwrite cache entries (cold)."
+    "--recache", is_flag=True, help="Compile everything and overwrite cache entries (cold); CMake's checks run again."
 )
 @namespace_option()
 @remote_option()
