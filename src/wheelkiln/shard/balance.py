@@ -13,12 +13,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from wheelkiln.cache.archive import EXTRA_PREFIX, ArchiveLimits, member_label, open_member
 from wheelkiln.cells import SHARD_ARCHIVE_GLOB
 from wheelkiln.errors import UsageError
 from wheelkiln.shard.partition import shard_of
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, parse_wrapper_log, read_wrapper_log
+
+if TYPE_CHECKING:
+    from wheelkiln.cache.archive import ArchiveLimits
 
 TIMED_ACTIONS = ("compile", "ahead")
 """A TU compiled ahead (shard/ahead.py) is timed there; ninja's own call of it is a cache hit."""
@@ -44,6 +47,10 @@ def read_costs(sources: Iterable[Path], limits: ArchiveLimits | None = None) -> 
     An archive is checked whole (members, sizes, manifest) before its log is read, and
     a log that is not one names the archive, the member and the line."""
     sources = list(sources)
+    # Here: every job remembers its TUs' seconds (remember_seconds) after its build,
+    # and the archive's manifest models cost that 25 ms to import.
+    from wheelkiln.cache.archive import EXTRA_PREFIX, ArchiveLimits, member_label, open_member
+
     limits = limits or ArchiveLimits.resolve()
     records: list[Mapping[str, object]] = []
     for source in sources:

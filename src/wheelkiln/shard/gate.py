@@ -20,13 +20,15 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from wheelkiln.cache.manifest import ShardManifest
 from wheelkiln.cells import shard_label
 from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
 from wheelkiln.shard.diagnostics import diagnostic_lines, has_unresolved_symbols
 from wheelkiln.shard.wrapper_log import WrapperRecord, action_counts
+
+if TYPE_CHECKING:  # its pydantic models cost a plain build 25 ms to import, for the trace
+    from wheelkiln.cache.manifest import ShardManifest
 
 
 @dataclass(frozen=True)
