@@ -4,6 +4,7 @@ CUDA is enabled in project() or after it. (CMake has no launcher for device link
 
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from wheelkiln.builder.cmake_id import identification_key
 from wheelkiln.builder.toolchain import Launch, toolchain_environment
 
 pytestmark = [
@@ -92,3 +94,23 @@ def test_a_project_include_the_build_was_given_still_runs(tmp_path: Path) -> Non
     lines = [line for line in result.stderr.splitlines() if line.startswith(("user=", "rule="))]
     assert lines == ["user=first", "user=second", f"rule={_seat(tmp_path)} {RULE} foo=1 bar=2"]
     assert merge_cmake_args("", env["CMAKE_ARGS"]) == env["CMAKE_ARGS"]
+
+
+def test_shard_jobs_in_other_directories_share_one_kept_identification(tmp_path: Path) -> None:
+    """The hook is written where the fronts are, named by its content: ``CMAKE_ARGS``,
+    part of the key of CMake's kept identification and check results, names no job's
+    directory, so every shard job of a cell reuses what the first one kept."""
+    envs = [
+        toolchain_environment(Launch(None, seat_wrapper=True), "cmake", tmp_path / job / "kiln-bin")
+        for job in ("shard-0", "shard-1")
+    ]
+    assert envs[0]["CMAKE_ARGS"] == envs[1]["CMAKE_ARGS"]
+    assert "shard-0" not in envs[0]["CMAKE_ARGS"]
+    tree = tmp_path / "project"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.21)\nproject(p CXX)\n")
+    keys = {
+        identification_key(shutil.which("cmake") or "cmake", "3.25.1", tree, {**os.environ, **env}, [])
+        for env in envs
+    }
+    assert len(keys) == 1

@@ -128,17 +128,22 @@ def install_script(scripts_dir: Path, name: str, body: str) -> Path:
     an unsharded one. The same content now has one path in every job and every build.
     The file is written once, atomically (parallel shard jobs write the same bytes).
     """
+    return install_file(scripts_dir, name, "#!/bin/sh\n" + body + "\n", executable=True)
+
+
+def install_file(scripts_dir: Path, name: str, text: str, *, executable: bool = False) -> Path:
+    """Write *text* at ``scripts_dir/<digest>/name``, the digest of its name and content
+    (:func:`install_script`), once and atomically."""
     import hashlib
 
-    text = "#!/bin/sh\n" + body + "\n"
     digest = hashlib.sha256(f"{name}\0{text}".encode()).hexdigest()[:20]
     path = scripts_dir / digest / name
-    if path.is_file() and path.read_text() == text and os.access(path, os.X_OK):
+    if path.is_file() and path.read_text() == text and (not executable or os.access(path, os.X_OK)):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{name}.{os.getpid()}.tmp")
     temporary.write_text(text)
-    temporary.chmod(0o755)
+    temporary.chmod(0o755 if executable else 0o644)
     temporary.replace(path)
     return path
 
@@ -417,7 +422,7 @@ def toolchain_environment(
                 )
                 env["CMAKE_CUDA_COMPILER_LAUNCHER"] = str(nvcc_front)
             if launch.seat_wrapper:
-                env["CMAKE_ARGS"] = device_link_hook(bin_dir, seat)
+                env["CMAKE_ARGS"] = device_link_hook(scripts, seat)
         else:
             env["CC"] = str(fronts["cc"])
             env["CXX"] = str(fronts["c++"])
@@ -477,13 +482,18 @@ endif()
 """
 
 
-def device_link_hook(bin_dir: Path, seat: Path) -> str:
+def device_link_hook(scripts_dir: Path, seat: Path) -> str:
     """Write the CMake file that puts the seat wrapper in front of CUDA device links, and
-    return the ``CMAKE_ARGS`` (read by scikit-build-core) that include it."""
+    return the ``CMAKE_ARGS`` (read by scikit-build-core) that include it.
+
+    The file goes where the fronts go, named by its content: ``CMAKE_ARGS`` is part of
+    the key of CMake's kept identification (:mod:`cmake_id`), and a path in the job's own
+    directory made every shard job's key another one, so each identified its compilers
+    and ran the project's checks again."""
     from wheelkiln.per_tu import SEAT_SCRIPT
 
-    hook = bin_dir / "kiln-device-link.cmake"
-    hook.write_text(DEVICE_LINK_HOOK.format(seat=seat.as_posix(), script=SEAT_SCRIPT))
+    text = DEVICE_LINK_HOOK.format(seat=seat.as_posix(), script=SEAT_SCRIPT)
+    hook = install_file(scripts_dir, "kiln-device-link.cmake", text)
     return shlex.join([f"-DCMAKE_PROJECT_INCLUDE={hook.as_posix()}"])
 
 
