@@ -89,36 +89,39 @@ def test_kept_results_are_seeded_until_a_header_appears_or_the_source_changes(
         assert kept is not None
         return kept
 
+    performed = ["HAVE_KILN_PROBE", "CMAKE_HAVE_LIBC_PTHREAD"]
     first = prepare(tmp_path / "b1", "digest-1")
     assert first.checks is None, "no identification kept yet: nothing names the system"
-    assert _configure(tree, tmp_path / "b1", env) == (
-        "",
-        ["HAVE_KILN_PROBE", "CMAKE_HAVE_LIBC_PTHREAD"],
-    )
+    assert _configure(tree, tmp_path / "b1", env) == ("", performed)
     cmake_id.keep_all(first, tmp_path / "b1")
-    [kept_checks] = first.identification.glob("checks-*")
+    assert not list(first.identification.glob("checks-*")), "no key read before the checks"
+
+    # The identification is kept: the next configure reads the system first, runs the
+    # checks (none kept yet) and keeps their answers under that key.
+    second = prepare(tmp_path / "b2", "digest-1")
+    assert second.checks is not None
+    assert _configure(tree, tmp_path / "b2", env) == ("", performed)
+    cmake_id.keep_all(second, tmp_path / "b2")
+    kept_checks = second.checks
     assert (kept_checks / "cache.txt").read_text() == (
         "CMAKE_HAVE_LIBC_PTHREAD:INTERNAL=1\nHAVE_KILN_PROBE:INTERNAL=\n"
     )
 
     # The same source on the same system: both answers seeded, no check performed.
-    second = prepare(tmp_path / "b2", "digest-1")
-    assert second.checks == kept_checks
-    assert _configure(tree, tmp_path / "b2", env) == ("", [])
+    third = prepare(tmp_path / "b2b", "digest-1")
+    assert third.checks == kept_checks
+    assert _configure(tree, tmp_path / "b2b", env) == ("", [])
 
     # Another source: its checks run again.
     assert prepare(tmp_path / "b3", "digest-2").checks != kept_checks
-    assert _configure(tree, tmp_path / "b3", env)[1] == ["HAVE_KILN_PROBE", "CMAKE_HAVE_LIBC_PTHREAD"]
+    assert _configure(tree, tmp_path / "b3", env)[1] == performed
 
     # The header the failed check wanted is installed: another key, the check runs and
     # now succeeds; kept, the success is what the next configure gets.
     (include / "kiln_probe.h").write_text("#define KILN_PROBE 1\n")
     fourth = prepare(tmp_path / "b4", "digest-1")
     assert fourth.checks not in (None, kept_checks)
-    assert _configure(tree, tmp_path / "b4", env) == (
-        "1",
-        ["HAVE_KILN_PROBE", "CMAKE_HAVE_LIBC_PTHREAD"],
-    )
+    assert _configure(tree, tmp_path / "b4", env) == ("1", performed)
     cmake_id.keep_all(fourth, tmp_path / "b4")
     assert prepare(tmp_path / "b5", "digest-1").checks == fourth.checks
     assert _configure(tree, tmp_path / "b5", env) == ("1", [])
@@ -130,10 +133,7 @@ def test_kept_results_are_seeded_until_a_header_appears_or_the_source_changes(
     assert prepare(tmp_path / "b6", "digest-1").checks == fourth.checks
     assert _configure(tree, tmp_path / "b6", env) == ("", ["CMAKE_HAVE_LIBC_PTHREAD"])
     again = prepare(tmp_path / "b7", "digest-1", recache=True)
-    assert _configure(tree, tmp_path / "b7", env) == (
-        "1",
-        ["HAVE_KILN_PROBE", "CMAKE_HAVE_LIBC_PTHREAD"],
-    )
+    assert _configure(tree, tmp_path / "b7", env) == ("1", performed)
     cmake_id.keep_all(again, tmp_path / "b7")
     assert (fourth.checks / "cache.txt").read_text() == (
         "CMAKE_HAVE_LIBC_PTHREAD:INTERNAL=1\nHAVE_KILN_PROBE:INTERNAL=1\n"

@@ -7,7 +7,9 @@ FindThreads' ``CMAKE_HAVE_LIBC_PTHREAD`` took 0.28 s of a hot demo-kernels build
 build step. A check macro skips its test when its result variable is already in the
 cache, as with a preloaded cache (``cmake -C``). kiln keeps those cache entries after a
 successful build, beside the kept compiler identification (:mod:`cmake_id`), and seeds
-them into the next fresh build directory whose key matches.
+them into the next fresh build directory whose key matches. The key is read before the
+configure whose answers are kept, so a build needs a kept identification (whose files
+name the directories to read) to keep its checks.
 
 A check's result is a function of its program, flags and libraries and of the headers,
 libraries and tools it finds. The key holds each, as far as kiln can read it:

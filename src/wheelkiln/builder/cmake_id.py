@@ -97,11 +97,10 @@ class Kept:
     interpreter: Path | None = None
     """The interpreter the backend hands CMake, whose answers are kept."""
     checks: Path | None = None
-    """``<identification>/checks-<key>`` (:func:`cmake_checks.store_for`), or None while
-    no identification was kept before this build."""
-    check_key: tuple[str, Path, Mapping[str, str]] | None = None
-    """The source's digest, the build environment and the build's environment variables:
-    what the checks' key is made of once an identification is kept."""
+    """``<identification>/checks-<key>`` (:func:`cmake_checks.store_for`), its key read
+    before the configure; None while no identification was kept before this build (the
+    system is read through the kept identification's directories, and read after a
+    build that may take hours, it could have changed since the checks ran)."""
     recache: bool = False
     """``--recache``: no check result was seeded, and this build's replace those kept."""
 
@@ -300,8 +299,6 @@ def keep_all(kept: Kept, build_dir: Path) -> None:
     if kept.python is not None and kept.interpreter is not None:
         keep_python(kept.python, build_dir, kept.interpreter)
     checks = kept.checks
-    if checks is None and kept.check_key is not None:
-        checks = cmake_checks.store_for(kept.identification, *kept.check_key)
     if checks is None:
         return
     if kept.recache:
@@ -334,8 +331,7 @@ def prepare(
     store = store_root / identification_key(cmake, version, tree, environ, config_settings)
     interpreter = python_key(python) if python is not None else None
     answers = store / f"python-{interpreter}" if interpreter is not None else None
-    check_key = (source_digest, build_env, dict(environ)) if source_digest else None
-    checks = cmake_checks.store_for(store, *check_key) if check_key else None
+    checks = cmake_checks.store_for(store, source_digest, build_env, environ) if source_digest else None
     if seed(store, build_dir, version, answers) and checks is not None and not recache:
         cmake_checks.seed(checks, build_dir)
-    return Kept(store, version, answers, python, checks, check_key, recache)
+    return Kept(store, version, answers, python, checks, recache)
