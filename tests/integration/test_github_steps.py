@@ -328,20 +328,24 @@ def test_the_workflows_steps_build_demo_kernels_sharded(
         [f"shard-{cell}-{i}-of-{SHARDS}" for i in range(SHARDS)] + [f"wheel-{cell}"])
 
     # Each shard compiled its own slice for real: the 24 kernels, the dispatcher and the
-    # module each in exactly one shard, and each shard's gate passed. CMake's probes ran
-    # for real in every shard (configure succeeded; empty families were skipped).
-    compiled = 0
-    probes = set()
+    # module each in exactly one shard, and each shard's gate passed. CMake's probes are
+    # never stubbed (every stub is another shard's TU); a shard runs them where the cell's
+    # identification and check results were not kept yet (configure succeeded; empty
+    # families were skipped).
+    compiled = stubs = 0
+    probes = []
     for index, workspace in enumerate(runner.workspaces[1:1 + SHARDS]):
         record = json.loads((workspace / "kiln-out" / shard_record(cell, index, SHARDS)).read_text())
         assert record["shard"]["gate"]["passed"], record["shard"]["gate"]
         assert record["cache"]["misses"] == record["shard"]["actions"]["compile"] > 0
         compiled += record["shard"]["actions"]["compile"]
-        probes.add(record["shard"]["actions"].get("probe", 0))
+        stubs += record["shard"]["actions"]["stub"]
+        probes.append(record["shard"]["actions"].get("probe", 0))
         uploaded = runner.artifacts / f"shard-{cell}-{index}-of-{SHARDS}"
         assert [p.name for p in uploaded.iterdir()] == [shard_archive(cell, index, SHARDS)]
     assert compiled == 26
-    assert len(probes) == 1 and probes.pop() >= 4
+    assert stubs == 26 * (SHARDS - 1)
+    assert all(probe == 0 or probe >= 4 for probe in probes), probes
 
     # The link job merged both uploads and saw every TU as a hit.
     wheel_artifact = runner.artifacts / f"wheel-{cell}"
