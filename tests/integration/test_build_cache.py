@@ -303,3 +303,31 @@ def test_smoke_runs_the_recipe_code_against_the_wheel(kiln: Kiln, tmp_path: Path
     assert "The smoke test of demo_cpp-0.1.0-cp311-cp311-linux_x86_64.whl failed" in result.stderr
     assert "AssertionError" in result.stderr
     assert not (tmp_path / "out2").exists(), "a wheel that fails its smoke test is not published"
+
+
+@pytest.mark.cuda
+def test_a_hot_cmake_build_is_seeded_with_the_kept_identification_and_checks(
+    kiln: Kiln, kernels_cold: dict[str, Any], tmp_path: Path
+) -> None:
+    """After two builds of a CMake package on one system (the shared cold build and the
+    first here), the next fresh configure gets CMake's kept compiler identification and
+    the project's kept check results, runs neither, and its record says from where."""
+    cache = tmp_path / "ccache"
+    shutil.copytree(kernels_cold["cache"], cache)
+
+    def build(name: str) -> dict[str, Any]:
+        return kiln.json("build", kernels_cold["recipe"], "--out", tmp_path / f"out-{name}",
+                         "--workdir", tmp_path / name, "--cache-dir", cache, "--no-wheel-cache")
+
+    build("second")
+    hot = build("third")
+    assert hot["cache"]["misses"] == 0 and hot["cache"]["hits"] == hot["cache"]["total"] > 0
+    seeded = hot["cmake"]
+    assert seeded["identification"] is not None and seeded["checks"] is not None
+    # pybind11's HAS_FLTO_AUTO and FindThreads' CMAKE_HAVE_LIBC_PTHREAD, seeded: not performed.
+    assert seeded["checks_seeded"] == 2
+    kept = (Path(seeded["checks"]) / "cache.txt").read_text().splitlines()
+    assert sorted(line.split(":")[0] for line in kept) == ["CMAKE_HAVE_LIBC_PTHREAD", "HAS_FLTO_AUTO"]
+    log = Path(hot["log"]).read_text()
+    assert "Performing Test" not in log and "Detecting CXX compiler ABI" not in log
+    assert "-- Configuring done" in log

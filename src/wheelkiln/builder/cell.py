@@ -92,6 +92,8 @@ class BuildOutcome:
     environ: dict[str, str] = field(default_factory=dict)
     """The environment the build ran in (a compile run again in it goes through the
     same fronts and cache settings)."""
+    cmake: dict[str, object] | None = None
+    """What kiln seeded a CMake build's configure with (:meth:`cmake_id.Kept.as_record`)."""
 
 
 def job_toolchain(loaded: LoadedRecipe, options: BuildOptions) -> Toolchain:
@@ -452,4 +454,5 @@ def _build_cell(
         remote=remote,
         cython=cython_cache.read_log(cython_log),
         environ=env,
+        cmake=kept_identification.as_record() if kept_identification is not None else None,
     )

@@ -103,6 +103,18 @@ class Kept:
     build that may take hours, it could have changed since the checks ran)."""
     recache: bool = False
     """``--recache``: no check result was seeded, and this build's replace those kept."""
+    seeded: bool = False
+    """Whether the build directory was seeded with the kept identification."""
+    checks_seeded: int = 0
+    """How many kept check results were seeded with it."""
+
+    def as_record(self) -> dict[str, object]:
+        """What the build record says of it: what the configure was given, and from where."""
+        return {
+            "identification": str(self.identification) if self.seeded else None,
+            "checks": str(self.checks) if self.checks_seeded else None,
+            "checks_seeded": self.checks_seeded,
+        }
 
 
 def find_cmake(build_env: Path, environ: Mapping[str, str]) -> str | None:
@@ -332,6 +344,8 @@ def prepare(
     interpreter = python_key(python) if python is not None else None
     answers = store / f"python-{interpreter}" if interpreter is not None else None
     checks = cmake_checks.store_for(store, source_digest, build_env, environ) if source_digest else None
-    if seed(store, build_dir, version, answers) and checks is not None and not recache:
-        cmake_checks.seed(checks, build_dir)
-    return Kept(store, version, answers, python, checks, recache)
+    seeded = seed(store, build_dir, version, answers)
+    checks_seeded = 0
+    if seeded and checks is not None and not recache:
+        checks_seeded = cmake_checks.seed(checks, build_dir)
+    return Kept(store, version, answers, python, checks, recache, seeded, checks_seeded)

@@ -41,6 +41,9 @@ def build_record(
             "missed_tus": sorted({o.source for o in outcome.tu_outcomes if not o.hit}),
         },
         "cython": dict(outcome.cython),
+        # CMake builds: the kept identification and check results the configure was
+        # seeded with (None: found anew), for a result that looks stale.
+        "cmake": outcome.cmake,
         "wheel": None,
         "extensions": {},
         "source_digest": outcome.source_digest,
