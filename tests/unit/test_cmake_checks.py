@@ -182,3 +182,23 @@ def test_the_system_signature_follows_headers_libraries_and_the_linker(tmp_path:
     assert signature() == changed_again
     ld.write_text("#!/bin/sh\n# another linker\n")
     assert signature() != changed_again
+
+
+def test_no_checks_are_kept_where_the_include_directories_are_too_large_to_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPATH naming a whole tree (``/usr``, a home) would make reading the system cost
+    more than the checks: the key is None, so nothing is seeded or kept."""
+    identification = tmp_path / "id"
+    identification.mkdir()
+    (identification / "complete").write_text("3.25.1\n")
+    include = tmp_path / "inc"
+    for index in range(5):
+        (include / f"d{index}" / "deeper").mkdir(parents=True)
+    (identification / "CMakeCXXCompiler.cmake").write_text(
+        f'set(CMAKE_CXX_IMPLICIT_INCLUDE_DIRECTORIES "{include}")\n'
+    )
+    env = {"PATH": ""}
+    assert cmake_checks.store_for(identification, "d", tmp_path / "env", env) is not None
+    monkeypatch.setattr(cmake_checks, "MOST_DIRECTORIES", 10)
+    assert cmake_checks.store_for(identification, "d", tmp_path / "env", env) is None

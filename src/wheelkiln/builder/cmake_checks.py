@@ -134,18 +134,32 @@ def system_directories(identification: Path) -> tuple[list[str], list[str]]:
     return sorted(include - nested), sorted(link)
 
 
-def _directories(directory: str, into: list[str]) -> None:
-    """*directory* and every directory below it, by modification time and inode."""
-    try:
-        status = os.stat(directory)  # noqa: PTH116 (a str path, as scandir gives)
-        with os.scandir(directory) as listing:
-            below = sorted(entry.path for entry in listing if entry.is_dir(follow_symlinks=False))
-    except OSError as error:
-        into.append(f"{directory} unreadable {error.errno}")
-        return
-    into.append(f"{directory} {status.st_mtime_ns} {status.st_ino}")
-    for path in below:
-        _directories(path, into)
+class TooLarge(Exception):
+    """An include directory holds more than :data:`MOST_DIRECTORIES` directories."""
+
+
+MOST_DIRECTORIES = 20_000
+"""Past this many directories under the include directories (a ``CPATH`` naming ``/usr``
+or a home), reading them would cost more than the checks it saves: nothing is kept or
+seeded. demo-kernels' (with CUDA's) hold 944."""
+
+
+def _directories(top: str, into: list[str]) -> None:
+    """*top* and every directory below it, by modification time and inode."""
+    pending = [top]
+    while pending:
+        directory = pending.pop()
+        try:
+            status = os.stat(directory)  # noqa: PTH116 (a str path, as scandir gives)
+            with os.scandir(directory) as listing:
+                below = [entry.path for entry in listing if entry.is_dir(follow_symlinks=False)]
+        except OSError as error:
+            into.append(f"{directory} unreadable {error.errno}")
+            continue
+        into.append(f"{directory} {status.st_mtime_ns} {status.st_ino}")
+        if len(into) > MOST_DIRECTORIES:
+            raise TooLarge(top)
+        pending.extend(sorted(below, reverse=True))  # depth first, in name order
 
 
 def _entries(directory: str, into: list[str]) -> None:
@@ -200,9 +214,11 @@ def store_for(
     None while no identification is kept (its files name the directories searched)."""
     if not (identification / "complete").is_file():
         return None
-    blob = json.dumps(
-        [source_digest, str(build_env), system_signature(identification, environ)]
-    )
+    try:
+        system = system_signature(identification, environ)
+    except TooLarge:
+        return None
+    blob = json.dumps([source_digest, str(build_env), system])
     return identification / f"checks-{hashlib.sha256(blob.encode()).hexdigest()[:20]}"
 
 
