@@ -98,9 +98,9 @@ class Kept:
     """The interpreter the backend hands CMake, whose answers are kept."""
     checks: Path | None = None
     """``<identification>/checks-<key>`` (:func:`cmake_checks.store_for`), its key read
-    before the configure; None while no identification was kept before this build (the
-    system is read through the kept identification's directories, and read after a
-    build that may take hours, it could have changed since the checks ran)."""
+    before the configure. None where no identification was kept before this build: the
+    key reads the system through the identification's directories, and read after a
+    build of hours it could name a system the checks never saw."""
     recache: bool = False
     """``--recache``: no check result was seeded, and this build's replace those kept."""
     seeded: bool = False
