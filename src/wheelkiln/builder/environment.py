@@ -730,27 +730,6 @@ def _install_staged(
     return normalize_lock(frozen.splitlines())
 
 
-def _make_with_pip(
-    installer: Installer,
-    interpreter: str,
-    identity: str,
-    requirements: Sequence[str],
-    envs_root: Path,
-    env: Mapping[str, str],
-    requested: Sequence[str],
-    *,
-    scratch: Path,
-) -> tuple[str, Path]:
-    """pip's venvs cannot move: resolve first (``--dry-run --report``), then make the
-    environment of that lock at its key."""
-    shutil.rmtree(scratch, ignore_errors=True)
-    try:
-        lock = _resolve_with_pip(interpreter, requirements, scratch, env, envs_root=envs_root)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return lock, _make_environment(installer, interpreter, identity, lock, envs_root, env, requested)
-
-
 @dataclass(frozen=True)
 class _Request:
     """What one request resolves with, and where its memo and lock are."""
@@ -771,12 +750,27 @@ class _Request:
         """The request's lock: parallel jobs share one resolution and one environment."""
         return _flocked(self.envs_root / "resolved" / f"{self.key}.lock")
 
+    def environment_of(self, lock: str) -> Path:
+        """The environment of *lock*, at its key (made once)."""
+        return _make_environment(
+            self.installer, self.interpreter, self.identity, lock, self.envs_root, self.env,
+            self.requested,
+        )  # fmt: skip
+
     def make(self, requirements: Sequence[str]) -> tuple[str, Path]:
         """The lock *requirements* resolve to, and its environment at its key."""
-        args = (self.installer, self.interpreter, self.identity, requirements)
         if self.installer.uv is None:
+            # pip's venvs cannot move: resolve first (--dry-run --report), then make the
+            # environment of that lock at its key.
             scratch = self.envs_root / "resolved" / f"{self.key}.work"
-            return _make_with_pip(*args, self.envs_root, self.env, self.requested, scratch=scratch)
+            shutil.rmtree(scratch, ignore_errors=True)
+            try:
+                lock = _resolve_with_pip(
+                    self.interpreter, requirements, scratch, self.env, envs_root=self.envs_root
+                )
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            return lock, self.environment_of(lock)
         staging = self.envs_root / f".staging-{self.key}"
         try:
             lock = _install_staged(
@@ -1047,13 +1041,10 @@ def ensure_environment(
             _write_resolution(request.memo, Resolution(final.name, lock, None))
         else:
             lock = resolution.lock
-            final = _make_environment(
-                request.installer, request.interpreter, request.identity, lock, envs_root, env,
-                request.requested,
-            )  # fmt: skip
-        if ask_in_build or (resolution is not None and resolution.dynamic is not None):
+            final = request.environment_of(lock)
+        asked = resolution is not None and resolution.dynamic is not None
+        if ask_in_build or asked:
             compile_later(final, envs_root, env)
-            asked = resolution is not None and resolution.dynamic is not None
             return BuildEnvironment(final, request.requested, request.key, ask_backend=not asked)
         # In the environment at its key: it holds exactly its lock whatever the hook says,
         # so it is published already. Beside the hook, the rest of its bytecode compile
@@ -1083,10 +1074,7 @@ def settle_dynamic(
     with request.locked():
         resolution = _read_resolution(request.memo)
         if resolution is not None and resolution.dynamic is not None:
-            final = _make_environment(
-                request.installer, request.interpreter, request.identity, resolution.lock,
-                envs_root, request.env, request.requested,
-            )  # fmt: skip
+            final = request.environment_of(resolution.lock)
         else:
             real = environment.path.resolve()
             _, final = request.settle(environment.frozen(), real, dynamic)
