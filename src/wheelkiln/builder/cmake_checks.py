@@ -22,9 +22,9 @@ libraries and tools it finds. The key holds each, as far as kiln can read it:
 * the system's headers and libraries, as the compilers' implicit include and link
   directories name them in the kept identification: every directory under an include
   directory (recursively, as ``#include <a/b.h>`` searches) by modification time and
-  inode, which change whenever an entry is added, removed or renamed in it; every entry
-  of a link directory (not below it, as the linker searches) by name, type, size,
-  modification time and inode; and the tools the compiler drivers run (``ld``, ``as``,
+  inode, which change whenever an entry is added, removed or renamed in it; every file
+  and link of a link directory (not its subdirectories, as the linker searches) by name,
+  type, size, modification time and inode; and the tools the compiler drivers run (``ld``, ``as``,
   ...) on the build's PATH by the same. Package managers install by creating and
   renaming files, so a header or library installed, upgraded or removed is another key,
   and a check that failed for want of a header runs again once the header exists.
@@ -163,10 +163,17 @@ def _directories(top: str, into: list[str]) -> None:
 
 
 def _entries(directory: str, into: list[str]) -> None:
-    """Every entry of *directory* (not below it), by name, type, size, mtime and inode."""
+    """Every entry of *directory* but its subdirectories, by name, type, size, mtime and
+    inode. A linker searches a link directory's own files, never below them, and programs
+    write below them at run time: Chromium's first start creates
+    ``/usr/lib/chromium/extensions``, which changed ``/usr/lib/chromium``'s mtime and so
+    the key of every check a build kept before it."""
     try:
         with os.scandir(directory) as listing:
-            found = sorted(listing, key=lambda entry: entry.name)
+            found = sorted(
+                (entry for entry in listing if not entry.is_dir(follow_symlinks=False)),
+                key=lambda entry: entry.name,
+            )
     except OSError as error:
         into.append(f"{directory} unreadable {error.errno}")
         return
