@@ -309,9 +309,13 @@ def test_smoke_runs_the_recipe_code_against_the_wheel(kiln: Kiln, tmp_path: Path
 def test_a_hot_cmake_build_is_seeded_with_the_kept_identification_and_checks(
     kiln: Kiln, kernels_cold: dict[str, Any], tmp_path: Path
 ) -> None:
-    """After two builds of a CMake package on one system (the shared cold build and the
-    first here), the next fresh configure gets CMake's kept compiler identification and
-    the project's kept check results, runs neither, and its record says from where."""
+    """After two builds of a CMake package on one system, the next fresh configure gets
+    CMake's kept compiler identification and the project's kept check results, runs
+    neither, and its record says from where.
+
+    The shared cold build may have run in another xdist worker's KILN_HOME, so this test
+    makes its own two: the first keeps the identification (if no earlier test here did),
+    the second its checks, under a key read before its configure."""
     cache = tmp_path / "ccache"
     shutil.copytree(kernels_cold["cache"], cache)
 
@@ -319,7 +323,8 @@ def test_a_hot_cmake_build_is_seeded_with_the_kept_identification_and_checks(
         return kiln.json("build", kernels_cold["recipe"], "--out", tmp_path / f"out-{name}",
                          "--workdir", tmp_path / name, "--cache-dir", cache, "--no-wheel-cache")
 
-    build("second")
+    build("first")
+    assert build("second")["cmake"]["identification"] is not None
     hot = build("third")
     assert hot["cache"]["misses"] == 0 and hot["cache"]["hits"] == hot["cache"]["total"] > 0
     seeded = hot["cmake"]
