@@ -26,13 +26,14 @@ from wheelkiln.builder.environment import ensure_environment, finish_bytecode, s
 
 BACKEND = textwrap.dedent(
     '''
-    import importlib.util, json, os
+    import importlib.util, json, os, warnings
     from pathlib import Path
 
     from kiln_test_wheels import pure_wheel
 
     CALLS = Path({calls!r})
     ASKS = {asks!r}
+    WARNS = {warns!r}
 
 
     def _called(hook):
@@ -42,6 +43,8 @@ BACKEND = textwrap.dedent(
 
     def get_requires_for_build_wheel(config_settings=None):
         _called("get_requires_for_build_wheel")
+        if WARNS:
+            warnings.warn(WARNS)
         return list(ASKS)
 
 
@@ -55,9 +58,9 @@ BACKEND = textwrap.dedent(
 )
 
 
-def _package(tmp_path: Path, asks: list[str]) -> tuple[Path, Path]:
+def _package(tmp_path: Path, asks: list[str], warns: str = "") -> tuple[Path, Path]:
     calls = tmp_path / "calls.jsonl"
-    source = BACKEND.format(calls=str(calls), asks=asks)
+    source = BACKEND.format(calls=str(calls), asks=asks, warns=warns)
     in_tree_backend(tmp_path / "pkg", "asking_backend", source, requires='"kiln-base"')
     recipe = tmp_path / "asking.toml"
     recipe.write_text('name = "asking"\n[source]\npath = "pkg"\n[cache]\nbackend = "none"\n')
@@ -221,3 +224,24 @@ def test_jobs_of_one_request_settle_on_one_environment(
     assert len(list(envs.glob("*/kiln-env.json"))) == 2, "one environment made for all four"
     again = ensure_environment(tmp_path / "pkg", "3.11", [], envs, ask_in_build=True)
     assert again.path == grown and not again.ask_backend
+
+
+def test_a_backend_warning_asked_in_kilns_process_is_shown_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where kiln asks the backend in a process of its own (not in the build's), the
+    hook's warnings come back into kiln's process; this suite turns warnings into errors,
+    as ``-W error`` does. torch warns at import that numpy is missing: that failed the
+    torch extension's environment with a traceback."""
+    for name in [name for name in os.environ if name.startswith(("PIP_", "UV_"))]:
+        monkeypatch.delenv(name)
+    for name, value in _index(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    _, calls = _package(tmp_path, ["kiln-extra"], warns="Failed to initialize NumPy")
+    environment = ensure_environment(tmp_path / "pkg", "3.11", [], tmp_path / "envs")
+    finish_bytecode()
+    assert [hook for hook, _ in _calls(calls)] == ["get_requires_for_build_wheel"]
+    assert not environment.ask_backend
+    assert environment.frozen() == "kiln-base==1.0\nkiln-extra==1.0\n"
+    assert "kiln: the build backend 'asking_backend' warned (get_requires_for_build_wheel): " \
+        "Failed to initialize NumPy" in capsys.readouterr().err

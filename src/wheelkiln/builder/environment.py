@@ -82,6 +82,7 @@ import shutil
 import sys
 import threading
 import tomllib
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -478,10 +479,22 @@ def _hook_requirements(
         run.run(list(cmd), cwd=cwd, env={**env, **(extra_environ or {})}, what="Build backend")
 
     caller = backend_hook_caller(tree, system, env_python, runner)
-    try:
-        answer = caller.get_requires_for_build_wheel(dict(config_settings))
-    except BackendUnavailable as error:
-        raise BuildError(backend_failure(system.backend, error).rstrip()) from None
+    # pyproject_hooks re-raises the backend's warnings in this process (torch warns at
+    # import that numpy is missing): under an "error" filter (-W error, PYTHONWARNINGS,
+    # a test suite's) that failed the build with a traceback. They are the backend's
+    # words, shown as such.
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        try:
+            answer = caller.get_requires_for_build_wheel(dict(config_settings))
+        except BackendUnavailable as error:
+            raise BuildError(backend_failure(system.backend, error).rstrip()) from None
+    for warning in warned:
+        print(
+            f"kiln: the build backend {system.backend!r} warned "
+            f"(get_requires_for_build_wheel): {warning.message}",
+            file=sys.stderr,
+        )
     return checked_dynamic(answer, system.backend)
 
 
