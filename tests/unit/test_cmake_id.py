@@ -3,6 +3,7 @@ fresh build directory, never reused after a compiler change."""
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import shutil
@@ -54,8 +55,41 @@ def test_the_key_follows_the_compilers_and_what_identification_reads(tmp_path: P
     assert key({**env, "CXXFLAGS": "-O1"}) != base
     assert key({**env, "CMAKE_CUDA_ARCHITECTURES": "90"}) != base
     assert identification_key(cmake, "3.29.0", tree, env, []) != base
+    # What the drivers read: gcc's search paths, nvcc's options and host compiler.
+    for name, value in (("CPLUS_INCLUDE_PATH", "/opt/inc"), ("LIBRARY_PATH", "/opt/lib"),
+                        ("NVCC_PREPEND_FLAGS", "-I/opt/inc"), ("NVCC_APPEND_FLAGS", "-O0"),
+                        ("NVCC_CCBIN", str(tmp_path / "bin" / "g++")), ("FC", "gfortran")):
+        assert key({**env, name: value}) != base, name
     (tree / "CMakeLists.txt").write_text("project(x CXX)\n")
     assert key(env) != base
+
+
+@pytest.mark.skipif(not shutil.which("cmake") or not shutil.which("c++"), reason="needs cmake, c++")
+def test_what_the_driver_reads_into_the_identification_is_in_its_key(tmp_path: Path) -> None:
+    """gcc adds ``CPLUS_INCLUDE_PATH`` and ``LIBRARY_PATH`` to what CMake records as its
+    implicit include and link directories (real cmake, real g++): an identification kept
+    without them must not be seeded into a build with them."""
+    tree = tmp_path / "src"
+    tree.mkdir()
+    (tree / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.20)\nproject(x CXX)\n")
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    version = run.run(["cmake", "--version"], check=True).output.split()[2]
+
+    def identified(name: str, environ: dict[str, str]) -> tuple[str, str]:
+        build = tmp_path / f"build-{name}"
+        run.run(["cmake", "-S", str(tree), "-B", str(build)], env=environ, check=True)
+        (found,) = build.glob("CMakeFiles/*/CMakeCXXCompiler.cmake")
+        directories = re.findall(r'IMPLICIT_(?:INCLUDE|LINK)_DIRECTORIES "([^"]*)"', found.read_text())
+        key = identification_key(shutil.which("cmake") or "cmake", version, tree, environ, [])
+        return ";".join(directories), key
+
+    plain_dirs, plain_key = identified("plain", dict(os.environ))
+    assert str(extra) not in plain_dirs
+    for name in ("CPLUS_INCLUDE_PATH", "LIBRARY_PATH"):
+        dirs, key = identified(name, {**os.environ, name: str(extra)})
+        assert str(extra) in dirs.split(";"), (name, dirs)
+        assert key != plain_key, name
 
 
 def test_kept_files_seed_only_a_fresh_build_directory(tmp_path: Path) -> None:

@@ -12,12 +12,15 @@ next fresh build directory with the same key.
 A kept identification must never outlive a compiler change, so the key holds everything
 identification reads that kiln can name: the cmake that runs and its version; every
 compiler CMake may pick (``cc``/``c++``/``gcc``/``g++`` on the build's PATH, ``$CC``,
-``$CXX``, ``$CUDACXX``, ``$CUDAHOSTCXX``), each by resolved path and ``--version`` output;
-the environment variables CMake reads for it (flags, ``CUDAARCHS``, ``CUDA_*``, every
-``CMAKE_*`` and ``SKBUILD_*``); the project's top ``CMakeLists.txt`` and
-``pyproject.toml`` (languages, variables set before ``project()``, scikit-build-core's
-defines) and the backend's config settings. Anything else changes the key only through
-these, which is why the files are dropped, not reused, when any is unreadable.
+``$CXX``, ``$CUDACXX``, ``$CUDAHOSTCXX`` and the other languages', nvcc's
+``$NVCC_CCBIN``), each by resolved path and ``--version`` output; the environment
+variables CMake reads for it (flags, ``CUDAARCHS``, ``CUDA_*``, every ``CMAKE_*`` and
+``SKBUILD_*``) and those the compiler drivers read (``CPATH``, ``CPLUS_INCLUDE_PATH``,
+``LIBRARY_PATH``..., nvcc's ``NVCC_PREPEND_FLAGS`` and ``NVCC_APPEND_FLAGS``); the
+project's top ``CMakeLists.txt`` and ``pyproject.toml`` (languages, variables set before
+``project()``, scikit-build-core's defines) and the backend's config settings. Anything
+else changes the key only through these, which is why the files are dropped, not reused,
+when any is unreadable.
 
 FindPython's answers about the build's interpreter are kept the same way, beside the
 identification (:func:`interpreter_answers`). A fresh build directory made FindPython
@@ -48,11 +51,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from wheelkiln.builder import cmake_checks
+from wheelkiln.builder.compiler_answers import DRIVER_VARIABLES
 from wheelkiln.builder.probes import probe
+from wheelkiln.cache.launch import NVCC_ENV_FLAGS
 
 COMPILER_NAMES = ("cc", "c++", "gcc", "g++")
-COMPILER_VARIABLES = ("CC", "CXX", "CUDACXX", "CUDAHOSTCXX")
-READ_VARIABLES = ("CFLAGS", "CXXFLAGS", "CUDAFLAGS", "LDFLAGS", "CUDAARCHS", "CPATH")
+COMPILER_VARIABLES = (
+    "CC", "CXX", "CUDACXX", "CUDAHOSTCXX", "FC", "HIPCXX", "HIPHOSTCXX", "OBJC", "OBJCXX",
+    "ASM", "ISPC", "SWIFTC", "NVCC_CCBIN",
+)  # fmt: skip
+"""Where CMake (``<LANG>`` compilers, CUDA's and HIP's host compiler) or nvcc
+(``NVCC_CCBIN``, its host compiler) reads a compiler from the environment."""
+READ_VARIABLES = (
+    # CMake's per-language flags and architectures.
+    "CFLAGS", "CXXFLAGS", "CUDAFLAGS", "FFLAGS", "HIPFLAGS", "OBJCFLAGS", "OBJCXXFLAGS",
+    "ASMFLAGS", "ISPCFLAGS", "SWIFTFLAGS", "LDFLAGS", "CUDAARCHS", "HIPARCHS",
+    # What the compiler drivers read, which lands in the identification: gcc's and
+    # clang's search paths become the implicit include and link directories, nvcc's
+    # variables are options on every call (NVCC_PREPEND_FLAGS=-I<dir> adds <dir> to
+    # CUDA's implicit include directories).
+    *DRIVER_VARIABLES, *NVCC_ENV_FLAGS,
+)  # fmt: skip
 READ_PREFIXES = ("CMAKE_", "CUDA_", "SKBUILD_")
 PROJECT_FILES = ("CMakeLists.txt", "pyproject.toml")
 JOB_VARIABLES = ("SKBUILD_BUILD_DIR",)

@@ -50,15 +50,21 @@ is meson's question for the compiler's default include directories."""
 ENV_ANSWERS = "KILN_COMPILER_ANSWERS"
 """The directory of the kept answers (``<front name>.sh``), set in meson builds only."""
 
-READ_VARIABLES = (
-    "PATH", "GCC_EXEC_PREFIX", "COMPILER_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH",
-    "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "GCC_COMPARE_DEBUG", "LANG", "LANGUAGE",
-    "LC_ALL", "LC_MESSAGES", "LC_CTYPE", "KILN_HOST_CC", "KILN_HOST_CXX",
+DRIVER_VARIABLES = (
+    "GCC_EXEC_PREFIX", "COMPILER_PATH", "LIBRARY_PATH", "CPATH", "C_INCLUDE_PATH",
+    "CPLUS_INCLUDE_PATH", "OBJC_INCLUDE_PATH", "OBJCPLUS_INCLUDE_PATH", "GCC_COMPARE_DEBUG",
     "CCC_OVERRIDE_OPTIONS", "SDKROOT", "MACOSX_DEPLOYMENT_TARGET",
 )  # fmt: skip
-"""What the answers may depend on besides the programs: the driver's search paths, the
-locale of its messages, and what clang reads (its option override, the SDK and
-deployment target that set predefined macros)."""
+"""What gcc's and clang's drivers read from the environment that changes what they
+answer: their search paths (which become a build system's implicit include and link
+directories), and clang's option override and the SDK and deployment target that set
+predefined macros."""
+READ_VARIABLES = (
+    "PATH", *DRIVER_VARIABLES, "LANG", "LANGUAGE", "LC_ALL", "LC_MESSAGES", "LC_CTYPE",
+    "KILN_HOST_CC", "KILN_HOST_CXX",
+)  # fmt: skip
+"""What the answers may depend on besides the programs: what the drivers read and the
+locale of their messages."""
 
 SCHEMA = 2
 """Part of the key: a change in what is kept retires every kept answer."""

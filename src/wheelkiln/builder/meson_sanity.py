@@ -30,10 +30,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from wheelkiln.builder.cmake_id import compiler_identities
+from wheelkiln.builder.compiler_answers import DRIVER_VARIABLES
 
 READ_VARIABLES = (
-    "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CC_LD", "CXX_LD", "CYTHON",
-    "CPATH", "C_INCLUDE_PATH", "CPLUS_INCLUDE_PATH", "LIBRARY_PATH",
+    "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CC_LD", "CXX_LD", "CYTHON", *DRIVER_VARIABLES,
 )  # fmt: skip
 READ_PREFIXES = ("PKG_CONFIG", "MESON")
 NATIVE_FILE = "[properties]\nskip_sanity_check = true\n"
