@@ -23,11 +23,12 @@ libraries and tools it finds. The key holds each, as far as kiln can read it:
   directories name them in the kept identification: every directory under an include
   directory (recursively, as ``#include <a/b.h>`` searches) by modification time and
   inode, which change whenever an entry is added, removed or renamed in it; every file
-  and link of a link directory (not its subdirectories, as the linker searches) by name,
-  type, size, modification time and inode; and the tools the compiler drivers run (``ld``, ``as``,
-  ...) on the build's PATH by the same. Package managers install by creating and
-  renaming files, so a header or library installed, upgraded or removed is another key,
-  and a check that failed for want of a header runs again once the header exists.
+  and link of a link directory (not its subdirectories, as the linker searches) by
+  name, type, size, modification time and inode; and the tools the compiler drivers run
+  (``ld``, ``as``, ...) on the build's PATH by the same. Package managers install by
+  creating and renaming files, so a header or library installed, upgraded or removed is
+  another key, and a check that failed for want of a header runs again once the header
+  exists.
   Stating every header instead of every directory cost 45 ms more per configure (13,500
   entries on demo-kernels); a header written in place (``cp`` over it) is not seen.
 

@@ -33,7 +33,8 @@ from wheelkiln.builder.cmake_id import compiler_identities
 from wheelkiln.builder.compiler_answers import DRIVER_VARIABLES
 
 READ_VARIABLES = (
-    "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CC_LD", "CXX_LD", "CYTHON", *DRIVER_VARIABLES,
+    "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CC_LD", "CXX_LD", "CYTHON",
+    *DRIVER_VARIABLES,
 )  # fmt: skip
 READ_PREFIXES = ("PKG_CONFIG", "MESON")
 NATIVE_FILE = "[properties]\nskip_sanity_check = true\n"
