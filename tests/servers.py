@@ -16,6 +16,7 @@ build added entries, added none, or kept another namespace's.
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import shutil
 import socket
@@ -31,11 +32,36 @@ import pytest
 START_TIMEOUT = 30.0
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel takes outgoing connections' ports from."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    """A port free on 127.0.0.1 now, below the ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` comes from the ephemeral range, which
+    every outgoing connection also takes its source port from: between the check here and
+    the server's own bind, a connection (weed mini's components talk gRPC to each other
+    while the last ones start) could take it ("bind: address already in use", seen in
+    CI). No connection takes a port below that range.
+    """
+    low, _ = _ephemeral_ports()
+    bottom = 10_000 if low > 11_000 else 1_024
+    chooser = random.SystemRandom()
+    for _ in range(200):
+        port = chooser.randrange(bottom, low)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port on 127.0.0.1 between {bottom} and {low}")
 
 
 def dead_url(scheme: str) -> str:
@@ -189,29 +215,40 @@ def webdav_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDAV]:
 class S3:
     BUCKET = "kiln"
 
+    PORTS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
+             "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc", "s3.port.iceberg",
+             "s3.port.lance", "admin.port", "admin.port.grpc")  # fmt: skip
+    ATTEMPTS = 3
+    PORT_TAKEN = ("address already in use", "Port allocation failed")
+    """What weed says when a port was taken: at its bind, or at its own check before."""
+
     def __init__(self, binary: str, root: Path) -> None:
         # `weed mini` runs master, volume, filer and the S3 gateway in one process, each
         # on a port of its own (gRPC on its own too); every one is a free port here, so
-        # two test workers never collide on a default.
-        ports = {
-            name: free_port()
-            for name in ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc",
-                         "filer.port", "filer.port.grpc", "s3.port", "s3.port.grpc",
-                         "s3.port.iceberg", "s3.port.lance", "admin.port", "admin.port.grpc")
-        }
-        self.port = ports["s3.port"]
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.url = f"s3+http://127.0.0.1:{self.port}/{self.BUCKET}"
-        data = root / "data"
-        data.mkdir()
-        self.server = Server(
-            "weed mini",
-            [binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-             "-admin.ui=false", "-webdav=false", f"-bucket={self.BUCKET}",
-             *(f"-{name}={port}" for name, port in ports.items())],
-            root / "weed.log", root,
-        )
-        self.server.wait_until(lambda: self._list() is not None)
+        # two test workers never collide on a default. Twelve ports checked free are
+        # bound over a few seconds: another worker's server may take one meanwhile, and
+        # then weed exits saying so; it starts again on other ports.
+        for attempt in range(1, self.ATTEMPTS + 1):
+            ports = {name: free_port() for name in self.PORTS}
+            self.port = ports["s3.port"]
+            self.endpoint = f"http://127.0.0.1:{self.port}"
+            self.url = f"s3+http://127.0.0.1:{self.port}/{self.BUCKET}"
+            data = root / f"data-{attempt}"
+            data.mkdir()
+            self.server = Server(
+                "weed mini",
+                [binary, "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                 "-admin.ui=false", "-webdav=false", f"-bucket={self.BUCKET}",
+                 *(f"-{name}={port}" for name, port in ports.items())],
+                root / f"weed-{attempt}.log", root,
+            )  # fmt: skip
+            try:
+                self.server.wait_until(lambda: self._list() is not None)
+                return
+            except pytest.fail.Exception:
+                log = self.server.log.read_text()
+                if attempt == self.ATTEMPTS or not any(said in log for said in self.PORT_TAKEN):
+                    raise
 
     def _list(self) -> str:
         url = f"{self.endpoint}/{self.BUCKET}?list-type=2&max-keys=1000"
