@@ -16,6 +16,7 @@ import pytest
 from wheelkiln import run
 from wheelkiln.builder.cmake_id import (
     Kept,
+    cmake_version,
     identification_key,
     keep,
     keep_all,
@@ -74,14 +75,16 @@ def test_what_the_driver_reads_into_the_identification_is_in_its_key(tmp_path: P
     (tree / "CMakeLists.txt").write_text("cmake_minimum_required(VERSION 3.20)\nproject(x CXX)\n")
     extra = tmp_path / "extra"
     extra.mkdir()
-    version = run.run(["cmake", "--version"], check=True).output.split()[2]
+    cmake = shutil.which("cmake") or "cmake"
+    version = cmake_version(cmake)
+    assert version is not None
 
     def identified(name: str, environ: dict[str, str]) -> tuple[str, str]:
         build = tmp_path / f"build-{name}"
         run.run(["cmake", "-S", str(tree), "-B", str(build)], env=environ, check=True)
         (found,) = build.glob("CMakeFiles/*/CMakeCXXCompiler.cmake")
         directories = re.findall(r'IMPLICIT_(?:INCLUDE|LINK)_DIRECTORIES "([^"]*)"', found.read_text())
-        key = identification_key(shutil.which("cmake") or "cmake", version, tree, environ, [])
+        key = identification_key(cmake, version, tree, environ, [])
         return ";".join(directories), key
 
     plain_dirs, plain_key = identified("plain", dict(os.environ))
