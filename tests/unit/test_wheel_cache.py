@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
+from wheelkiln.builder.cmake_id import COMPILER_VARIABLES
+from wheelkiln.builder.compiler_answers import DRIVER_VARIABLES
 from wheelkiln.builder.wheel_cache import WheelCache, build_affecting_env, input_digest
+from wheelkiln.cache.launch import NVCC_ENV_FLAGS
 from wheelkiln.digest import sha256_file
 
 BASE: dict[str, Any] = {
@@ -56,6 +59,29 @@ def test_build_affecting_env_keeps_only_what_changes_the_output() -> None:
     chosen = build_affecting_env(environ, source_date_epoch=1700000000, extra={"X_FLAG": "1"})
     assert chosen == {"CFLAGS": "-O2", "TORCH_CUDA_ARCH_LIST": "9.0",
                       "SOURCE_DATE_EPOCH": "1700000000", "X_FLAG": "1"}
+
+
+def test_build_affecting_env_keeps_what_compilers_and_backends_read() -> None:
+    # The compiler drivers' variables (gcc's and clang's search paths, clang's overrides,
+    # the SDK), nvcc's options and every compiler a build system may pick: each one
+    # changes the wheel, so each one must change the digest. OBJC_INCLUDE_PATH,
+    # GCC_COMPARE_DEBUG, CCC_OVERRIDE_OPTIONS and SDKROOT were missing: a cached wheel was
+    # served to a build that set them.
+    for name in (*DRIVER_VARIABLES, *NVCC_ENV_FLAGS, *COMPILER_VARIABLES, "CC_LD", "NVCC",
+                 "LDSHARED", "PKG_CONFIG_PATH", "CMAKE_PREFIX_PATH", "SKBUILD_CMAKE_ARGS",
+                 "CUDA_HOME", "PYTORCH_NVCC"):
+        chosen = build_affecting_env({name: "x"}, source_date_epoch=1)
+        assert chosen.get(name) == "x", name
+        assert digest(env=chosen) != digest(env={"SOURCE_DATE_EPOCH": "1"}), name
+
+
+def test_build_affecting_env_leaves_out_how_a_build_runs() -> None:
+    # Under the keyed prefixes, but setting only parallelism, the job's directory, a
+    # launcher or a GPU: keyed, every fleet job would miss every other's wheels.
+    environ = {"CMAKE_BUILD_PARALLEL_LEVEL": "8", "SKBUILD_BUILD_DIR": "/w/job-3/build",
+               "CMAKE_CXX_COMPILER_LAUNCHER": "ccache", "CUDA_VISIBLE_DEVICES": "1",
+               "CUDA_CACHE_PATH": "/tmp/nv"}
+    assert build_affecting_env(environ, source_date_epoch=1) == {"SOURCE_DATE_EPOCH": "1"}
 
 
 def make_wheel(path: Path, payload: bytes = b"\x7fELF code") -> Path:

@@ -30,6 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from wheelkiln.builder.cmake_id import (
+    COMPILER_VARIABLES,
+    JOB_VARIABLES,
+    READ_PREFIXES,
+    READ_VARIABLES,
+)
 from wheelkiln.digest import sha256_file
 from wheelkiln.paths import wheel_cache_dir
 
@@ -41,48 +47,52 @@ if TYPE_CHECKING:
     from wheelkiln.recipe.load import LoadedRecipe
     from wheelkiln.settings import BuildOptions
 
-DIGEST_VERSION = 2
+DIGEST_VERSION = 3
 """Bumped when what goes into the digest changes, so old entries stop matching."""
 
+MESON_PROGRAM_VARIABLES = ("CC", "CXX", "NVCC", "OBJC", "OBJCXX", "FC", "CYTHON", "RUSTC")
+"""Where meson reads a language's compiler; ``<name>_LD`` names its linker."""
 BUILD_AFFECTING_ENV = (
-    "ARCHFLAGS",
-    "CC",
-    "CFLAGS",
-    "CMAKE_ARGS",
-    "CMAKE_GENERATOR",
-    "COMPILER_PATH",
-    "CPATH",
-    "CPLUS_INCLUDE_PATH",
-    "CPPFLAGS",
-    "CUDA_HOME",
-    "CUDA_PATH",
-    "CUDAARCHS",
-    "CUDACXX",
-    "CUDAFLAGS",
-    "CXX",
-    "CXXFLAGS",
-    "C_INCLUDE_PATH",
-    "GCC_EXEC_PREFIX",
-    "LDFLAGS",
-    "LIBRARY_PATH",
-    "MACOSX_DEPLOYMENT_TARGET",
-    "NVCC_APPEND_FLAGS",
-    "NVCC_CCBIN",
-    "NVCC_FLAGS",
-    "NVCC_PREPEND_FLAGS",
-    "NVCC_THREADS",
+    # CMake's compilers, flags and architectures, the compiler drivers' search paths and
+    # nvcc's options: the identification's list (cmake_id), which shares the drivers'.
+    *COMPILER_VARIABLES, *READ_VARIABLES,
+    # setuptools (sysconfig's customize_compiler) and meson: tools, flags, linkers and
+    # where pkg-config looks.
+    "CPP", "CPPFLAGS", "LDSHARED", "LDCXXSHARED", "AR", "ARFLAGS", "STRIP", "CUFLAGS",
+    "CYTHONFLAGS", *(f"{name}_LD" for name in MESON_PROGRAM_VARIABLES), "NVCC", "CYTHON",
+    "PKG_CONFIG", "PKG_CONFIG_PATH", "PKG_CONFIG_LIBDIR", "PKG_CONFIG_SYSROOT_DIR",
+    "ARCHFLAGS", "_PYTHON_HOST_PLATFORM",
+    # torch's extension builder and packages built with it.
+    "TORCH_CUDA_ARCH_LIST", "PYTORCH_NVCC", "PYTORCH_ROCM_ARCH", "ROCM_HOME", "CUDNN_HOME",
+    "NVCC_FLAGS", "NVCC_THREADS",
     "SOURCE_DATE_EPOCH",
-    "TORCH_CUDA_ARCH_LIST",
-    "_PYTHON_HOST_PLATFORM",
-)
+)  # fmt: skip
 """Environment variables read by compilers and build backends that change the output."""
+BUILD_AFFECTING_PREFIXES = READ_PREFIXES
+"""``CMAKE_*``, ``CUDA_*`` (``CUDA_HOME`` and the toolkit's other roots) and
+``SKBUILD_*`` (scikit-build-core's settings) variables: all keyed but the ones below."""
+NOT_BUILD_AFFECTING = (
+    *JOB_VARIABLES, "CMAKE_BUILD_PARALLEL_LEVEL", "CMAKE_INSTALL_PARALLEL_LEVEL",
+    "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_LAUNCH_BLOCKING",
+    "CUDA_CACHE_DISABLE", "CUDA_CACHE_MAXSIZE", "CUDA_CACHE_PATH",
+)  # fmt: skip
+"""Variables under those prefixes that set how a build runs (its parallelism, the job's
+directory, which GPU runs) or how a program runs on a GPU, never what is built; with
+them keyed, every fleet job would miss every other's wheels. Compiler launchers are left
+out too (a launcher caches; it does not change the object)."""
 
 
 def build_affecting_env(
     environ: Mapping[str, str], *, source_date_epoch: int, extra: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """The part of an environment that goes into the input digest."""
-    chosen = {name: environ[name] for name in BUILD_AFFECTING_ENV if name in environ}
+    chosen = {
+        name: value
+        for name, value in environ.items()
+        if (name in BUILD_AFFECTING_ENV or name.startswith(BUILD_AFFECTING_PREFIXES))
+        and name not in NOT_BUILD_AFFECTING
+        and not name.endswith(("_COMPILER_LAUNCHER", "_LINKER_LAUNCHER"))
+    }
     chosen.update(extra or {})
     chosen["SOURCE_DATE_EPOCH"] = str(source_date_epoch)
     return chosen
