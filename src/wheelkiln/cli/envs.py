@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import re
 import time
 from pathlib import Path
 
@@ -14,40 +12,19 @@ from rich.table import Table
 from wheelkiln import ui
 from wheelkiln.builder import env_store
 from wheelkiln.builder.bytecode_store import store_for
-from wheelkiln.cli.options import CONTEXT, emit_json, json_option
+from wheelkiln.cli.options import (
+    CONTEXT,
+    ago,
+    emit_json,
+    human_size,
+    json_option,
+    unused_for_option,
+)
 from wheelkiln.paths import envs_dir, smoke_envs_dir
-
-_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms]?)")
-_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "": 86400.0}
-
-
-def _age(ctx: click.Context, param: click.Parameter, value: str) -> float:
-    """Seconds from ``30d``, ``12h``, ``90m``, ``45s`` or a plain number of days."""
-    found = _AGE.fullmatch(value.strip())
-    seconds = float(found[1]) * _UNIT_SECONDS[found[2]] if found else math.nan
-    if not math.isfinite(seconds):
-        raise click.BadParameter(
-            f"{value!r} is not an age: write it as 30d, 12h, 90m, 45s or a number of days",
-            ctx=ctx, param=param,
-        )  # fmt: skip
-    return seconds
 
 
 def _stored() -> list[env_store.Stored]:
     return [*env_store.stored(envs_dir(), "build"), *env_store.stored(smoke_envs_dir(), "smoke")]
-
-
-def _size(value: int) -> str:
-    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
-
-
-def _ago(seconds_since_epoch: float, now: float) -> str:
-    seconds = max(0.0, now - seconds_since_epoch)
-    if seconds >= 86400:
-        return f"{seconds / 86400:.1f} d ago"
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h ago"
-    return f"{seconds / 60:.0f} min ago"
 
 
 def _requires(environment: env_store.Stored) -> str:
@@ -83,16 +60,16 @@ def envs_list(as_json: bool) -> None:
         table.add_column(column, overflow="fold")
     for environment in environments:
         table.add_row(
-            environment.kind, environment.key, _size(environment.size), _size(environment.own),
-            _ago(environment.last_used, now), "yes" if environment.in_use else "no",
+            environment.kind, environment.key, human_size(environment.size), human_size(environment.own),
+            ago(environment.last_used, now), "yes" if environment.in_use else "no",
             escape(_requires(environment)),
         )  # fmt: skip
     if environments:
         ui.console.print(table)
     busy = sum(environment.in_use for environment in environments)
     ui.info(
-        f"{len(environments)} environments, {_size(sum(e.size for e in environments))} "
-        f"({_size(sum(e.own for e in environments))} their own: the rest is linked from "
+        f"{len(environments)} environments, {human_size(sum(e.size for e in environments))} "
+        f"({human_size(sum(e.own for e in environments))} their own: the rest is linked from "
         "uv's package cache or from kept bytecode), "
         f"under {escape(str(envs_dir()))} and {escape(str(smoke_envs_dir()))}; {busy} in use. "
         "`kiln envs prune --unused-for 30d` removes those unused for 30 days."
@@ -100,9 +77,7 @@ def envs_list(as_json: bool) -> None:
 
 
 @envs_group.command("prune", context_settings=CONTEXT)
-@click.option("--unused-for", "unused_for", required=True, callback=_age, metavar="AGE",
-              help="Remove the environments no kiln process has used for AGE: 30d, 12h, "
-                   "90m, 45s, or a number of days.")  # fmt: skip
+@unused_for_option("the environments")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 @json_option("what became of each environment")
 def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
@@ -125,8 +100,8 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
             if result.outcome in ("removed", "would remove") and not as_json:
                 ui.info(
                     f"{result.outcome} {environment.kind} environment {environment.key} "
-                    f"({_size(environment.own)} its own of {_size(environment.size)}, last "
-                    f"used {_ago(environment.last_used, now)})"
+                    f"({human_size(environment.own)} its own of {human_size(environment.size)}, last "
+                    f"used {ago(environment.last_used, now)})"
                 )
     left: list[env_store.Leftover] = []
     for root, kind in roots:
@@ -162,12 +137,12 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
         ui.info(
             f"{verb} {len(left)} {'directory' if len(left) == 1 else 'directories'} "
             "that killed kiln runs left, or of bytecode no environment uses "
-            f"({_size(sum(leftover.size for leftover in left))}): "
+            f"({human_size(sum(leftover.size for leftover in left))}): "
             + ", ".join(escape(f"{leftover.path.name} ({leftover.what})") for leftover in left)
         )
     frees = "would free" if dry_run else "freed"
     ui.info(
-        f"{verb} {len(gone)} of {len(results)} environments ({frees} {_size(freed)} in all); kept "
+        f"{verb} {len(gone)} of {len(results)} environments ({frees} {human_size(freed)} in all); kept "
         f"{kept['recent']} used recently, {kept['in use']} in use by a running kiln process, "
         f"{kept['being made']} being made."
     )

@@ -148,6 +148,46 @@ def cell_option() -> Decorator[Any]:
     return click.option("--cell", help="Cell id or 'axis=value,...' (default: this host's cell).")
 
 
+_AGE = re.compile(r"(\d+(?:\.\d+)?)\s*([dhms]?)")
+_UNIT_SECONDS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "": 86400.0}
+
+
+def _age(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    """Seconds from ``30d``, ``12h``, ``90m``, ``45s`` or a plain number of days."""
+    found = _AGE.fullmatch(value.strip())
+    seconds = float(found[1]) * _UNIT_SECONDS[found[2]] if found else math.nan
+    if not math.isfinite(seconds):
+        raise click.BadParameter(
+            f"{value!r} is not an age: write it as 30d, 12h, 90m, 45s or a number of days",
+            ctx=ctx, param=param,
+        )  # fmt: skip
+    return seconds
+
+
+def unused_for_option(what: str) -> Decorator[Any]:
+    """``--unused-for AGE`` (required): remove *what* no kiln process has used for AGE."""
+    return click.option(
+        "--unused-for", "unused_for", required=True, callback=_age, metavar="AGE",
+        help=f"Remove {what} no kiln process has used for AGE: 30d, 12h, 90m, 45s, or a "
+             "number of days.",
+    )  # fmt: skip
+
+
+def human_size(value: int) -> str:
+    """Bytes as GiB from 1 GiB up, else MiB."""
+    return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"
+
+
+def ago(seconds_since_epoch: float, now: float) -> str:
+    """How long before *now* a time was: ``3.5 d ago``, ``2.0 h ago``, ``12 min ago``."""
+    seconds = max(0.0, now - seconds_since_epoch)
+    if seconds >= 86400:
+        return f"{seconds / 86400:.1f} d ago"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h ago"
+    return f"{seconds / 60:.0f} min ago"
+
+
 def json_option(what: str) -> Decorator[Any]:
     """``--json``: *what* is printed as JSON on stdout (e.g. "the build record")."""
     return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON on stdout.")
