@@ -4,6 +4,8 @@ entries dropped instead of served."""
 from __future__ import annotations
 
 import json
+import os
+import time
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -149,3 +151,93 @@ def test_digests_are_checked(tmp_path: Path) -> None:
 def test_default_root_is_under_kiln_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
     assert WheelCache().root == tmp_path / "home" / "wheels"
+
+
+def _stored(tmp_path: Path, cache: WheelCache, key: str, used_days_ago: float = 0) -> Path:
+    wheel = make_wheel(tmp_path / "dist" / key[:6] / "demo-0.1-cp311-cp311-linux_x86_64.whl")
+    entry = cache.store(key, wheel, {"cell": "demo-py3.11-linux-x86_64"}).wheel.parent
+    when = time.time() - used_days_ago * 86400
+    os.utime(entry / "record.json", (when, when))
+    return entry
+
+
+def test_serving_copies_the_wheel_whole_and_marks_the_entry_used(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    entry = _stored(tmp_path, cache, digest(), used_days_ago=40)
+    out = tmp_path / "out"
+    served = cache.serve(digest(), out)
+    assert served is not None
+    assert [p.name for p in out.iterdir()] == [served.wheel.name]  # no partial copy left
+    assert (out / served.wheel.name).read_bytes() == served.wheel.read_bytes()
+    assert time.time() - (entry / "record.json").stat().st_mtime < 60
+    assert [kept.digest for kept in cache.kept()] == [digest()]
+
+
+def test_serving_a_damaged_or_hostile_entry_drops_it_and_writes_nothing(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    entry = _stored(tmp_path, cache, digest())
+    wheel = next(entry.glob("*.whl"))
+    wheel.write_bytes(wheel.read_bytes()[:-5])
+    out = tmp_path / "out"
+    assert cache.serve(digest(), out) is None
+    assert not entry.exists() and list(out.iterdir()) == []
+    # A record naming a file outside its entry is not followed.
+    entry = _stored(tmp_path, cache, digest())
+    (tmp_path / "secret.whl").write_bytes(b"x")
+    (entry / "record.json").write_text(json.dumps({"wheel": {"name": "../../../secret.whl",
+                                                             "sha256": "0"}}))
+    assert cache.serve(digest(), out) is None
+    assert not entry.exists() and list(out.iterdir()) == []
+
+
+def test_an_entry_pruned_while_it_is_served_is_served_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    entry = _stored(tmp_path, cache, digest(), used_days_ago=40)
+    expected = next(entry.glob("*.whl")).read_bytes()
+    opened = Path.open
+
+    def open_then_prune(self: Path, *args: Any, **kwargs: Any) -> Any:
+        handle = opened(self, *args, **kwargs)
+        if self.suffix == ".whl" and self.parent == entry:
+            # A prune that listed the entry before this build served it takes it now.
+            assert [p.outcome for p in cache.prune(30 * 86400)] == ["removed"]
+        return handle
+
+    monkeypatch.setattr(Path, "open", open_then_prune)
+    out = tmp_path / "out"
+    served = cache.serve(digest(), out)
+    monkeypatch.undo()
+    assert served is not None and not entry.exists()
+    assert (out / served.wheel.name).read_bytes() == expected
+    # Gone before a build asks: a miss, and the build builds.
+    assert cache.serve(digest(), tmp_path / "out2") is None
+
+
+def test_prune_removes_entries_and_leftovers_unused_for_longer(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    old, recent = "a" * 64, "b" * 64
+    old_entry = _stored(tmp_path, cache, old, used_days_ago=31)
+    recent_entry = _stored(tmp_path, cache, recent, used_days_ago=29)
+    killed = old_entry.parent / ".staging-killed"  # a store killed 40 days ago
+    killed.mkdir()
+    (killed / "half.whl").write_bytes(b"x" * 1000)
+    then = time.time() - 40 * 86400
+    os.utime(killed, (then, then))
+    working = old_entry.parent / ".staging-now"  # a store at work
+    working.mkdir()
+
+    dry = cache.prune(30 * 86400, dry_run=True)
+    assert sorted((r.entry.digest, r.outcome, r.leftover) for r in dry) == [
+        (".staging-killed", "would remove", True), (old, "would remove", False),
+        (recent, "recent", False)]  # fmt: skip
+    assert old_entry.exists() and killed.exists()
+
+    done = {r.entry.digest: r for r in cache.prune(30 * 86400)}
+    assert done[old].outcome == "removed" and done[old].entry.size > 0
+    assert done[".staging-killed"].entry.size == 1000
+    assert not old_entry.exists() and not killed.exists()
+    assert recent_entry.exists() and working.exists()
+    assert not [p for p in old_entry.parent.iterdir() if p.name.startswith(".pruned-")]
+    assert [kept.digest for kept in cache.kept()] == [recent]

@@ -9,7 +9,6 @@ compares with) and kept in the wheel cache. The CLI only prints the result.
 
 from __future__ import annotations
 
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +48,7 @@ class BuildResult:
 
 def serve_cached_wheel(cache: WheelCache, digest: str | None, out_dir: Path) -> CachedWheel | None:
     """Copy the wheel *cache* holds for *digest* into *out_dir*; None when it holds none."""
-    hit = cache.lookup(digest) if digest else None
-    if hit is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(hit.wheel, out_dir / hit.wheel.name)
-    return hit
+    return cache.serve(digest, out_dir) if digest else None
 
 
 def run_build(

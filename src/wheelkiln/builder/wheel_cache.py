@@ -14,21 +14,30 @@ temporary directory and renamed into place, so a reader sees a whole entry or no
 lookup checks the wheel's sha256 against the record and drops an entry that does not
 match instead of serving it.
 
+An entry's last use is its ``record.json``'s modification time: set when it is stored
+and each time it serves a wheel. ``kiln wheels prune --unused-for AGE`` removes the
+entries unused for AGE (a CUDA wheel is hundreds of MB, and every new source, recipe or
+toolchain adds one), each renamed aside before it is deleted. A build serving a wheel
+reads it through one open file, which a removal meanwhile does not disturb; one that
+finds the entry gone builds instead.
+
 Only full builds belong here: a shard job's wheel (stub objects) never does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from wheelkiln.builder.cmake_id import (
     COMPILER_VARIABLES,
@@ -228,6 +237,52 @@ class CachedWheel:
     record: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class KeptWheel:
+    """One entry of the wheel cache, as listed."""
+
+    digest: str
+    path: Path
+    wheel: str
+    """The wheel's file name; empty for a damaged entry."""
+    cell: str
+    size: int
+    last_used: float
+    """When it was stored or last served (seconds since the epoch)."""
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "digest": self.digest, "path": str(self.path), "wheel": self.wheel,
+            "cell": self.cell, "size_bytes": self.size, "last_used": self.last_used,
+        }  # fmt: skip
+
+
+PruneOutcome = Literal["removed", "would remove", "recent", "gone"]
+
+
+@dataclass(frozen=True)
+class PrunedWheel:
+    """What became of one entry, or of a directory a killed store or prune left."""
+
+    entry: KeptWheel
+    outcome: PruneOutcome
+    leftover: bool = False
+
+    def as_json(self) -> dict[str, object]:
+        return {**self.entry.as_json(), "outcome": self.outcome, "leftover": self.leftover}
+
+
+def _tree_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(root) / name).lstat().st_size
+            except OSError:
+                continue
+    return total
+
+
 class WheelCache:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or wheel_cache_dir()
@@ -252,6 +307,133 @@ class WheelCache:
             shutil.rmtree(entry, ignore_errors=True)
             return None
         return CachedWheel(digest, wheel, record)
+
+    def serve(self, digest: str, out_dir: Path) -> CachedWheel | None:
+        """Copy the wheel kept for *digest* into *out_dir* and mark the entry used now;
+        None when none is kept, or it went while being served (then the caller builds).
+
+        The wheel is read once, through one open file, and checked against its record's
+        sha256 as it is copied: a prune renaming or removing the entry meanwhile does not
+        disturb the copy, and a damaged entry is dropped, not served. The copy appears
+        in *out_dir* whole or not at all."""
+        entry = self.entry(digest)
+        try:
+            record = json.loads((entry / "record.json").read_text(encoding="utf-8"))
+            name, expected = record["wheel"]["name"], record["wheel"]["sha256"]
+            if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+                raise ValueError(f"not a wheel's file name: {name!r}")
+            source = (entry / name).open("rb")
+        except (OSError, ValueError, KeyError, TypeError):
+            if entry.exists():  # damaged; one renamed away by a prune is not there
+                shutil.rmtree(entry, ignore_errors=True)
+            return None
+        out_dir.mkdir(parents=True, exist_ok=True)
+        staged = out_dir / f".{name}.{os.getpid()}.part"
+        digest_of = hashlib.sha256()
+        try:
+            with source, staged.open("wb") as copy:
+                for block in iter(lambda: source.read(1 << 20), b""):
+                    digest_of.update(block)
+                    copy.write(block)
+                kept = os.fstat(source.fileno())
+            if digest_of.hexdigest() != expected:
+                staged.unlink()
+                shutil.rmtree(entry, ignore_errors=True)
+                return None
+            os.utime(staged, ns=(kept.st_atime_ns, kept.st_mtime_ns))
+            staged.replace(out_dir / name)
+        except BaseException:
+            staged.unlink(missing_ok=True)
+            raise
+        # Renamed aside by a prune since it was opened: served all the same.
+        with contextlib.suppress(OSError):
+            os.utime(entry / "record.json")
+        return CachedWheel(digest, entry / name, record)
+
+    def kept(self) -> list[KeptWheel]:
+        """Every entry, oldest use first (entries a prune has renamed aside excluded)."""
+        entries: list[KeptWheel] = []
+        for entry in self._entries():
+            try:
+                used = (entry / "record.json").stat().st_mtime
+                record = json.loads((entry / "record.json").read_text(encoding="utf-8"))
+                facts = record["wheel"]
+                wheel, cell = str(facts["name"]), str(record.get("cell", ""))
+            except (OSError, ValueError, KeyError, TypeError):
+                try:  # damaged (no readable record): listed by its directory's time
+                    used, wheel, cell = entry.stat().st_mtime, "", ""
+                except OSError:
+                    continue  # removed while listed
+            entries.append(KeptWheel(entry.name, entry, wheel, cell, _tree_size(entry), used))
+        return sorted(entries, key=lambda kept: kept.last_used)
+
+    def _entries(self) -> list[Path]:
+        try:
+            shards = sorted(p for p in self.root.iterdir() if len(p.name) == 2 and p.is_dir())
+        except OSError:
+            return []
+        found: list[Path] = []
+        for shard in shards:
+            try:
+                found.extend(sorted(p for p in shard.iterdir() if not p.name.startswith(".")))
+            except OSError:
+                continue
+        return [p for p in found if p.is_dir()]
+
+    def prune(self, unused_for: float, *, dry_run: bool = False) -> list[PrunedWheel]:
+        """Remove each entry whose last use is more than *unused_for* seconds ago, and
+        what killed stores and prunes left (``.staging-*`` and ``.pruned-*`` directories)
+        unchanged for that long. An entry is renamed aside, its last use read again (a
+        build may have served it since it was listed: then it is put back), and only
+        then deleted."""
+        now = time.time()
+        results: list[PrunedWheel] = []
+        for kept in self.kept():
+            if now - kept.last_used <= unused_for:
+                results.append(PrunedWheel(kept, "recent"))
+                continue
+            if dry_run:
+                results.append(PrunedWheel(kept, "would remove"))
+                continue
+            aside = kept.path.with_name(f".pruned-{kept.digest}-{os.getpid()}")
+            try:
+                kept.path.rename(aside)
+            except OSError:
+                results.append(PrunedWheel(kept, "gone"))  # another prune took it
+                continue
+            try:
+                used = (aside / "record.json").stat().st_mtime
+            except OSError:
+                used = kept.last_used
+            if now - used <= unused_for:
+                try:
+                    aside.rename(kept.path)
+                    results.append(PrunedWheel(kept, "recent"))
+                    continue
+                except OSError:
+                    pass  # stored again meanwhile: this copy goes
+            shutil.rmtree(aside, ignore_errors=True)
+            results.append(PrunedWheel(kept, "removed"))
+        results.extend(self._leftovers(now, unused_for, dry_run=dry_run))
+        return results
+
+    def _leftovers(self, now: float, unused_for: float, *, dry_run: bool) -> list[PrunedWheel]:
+        left: list[PrunedWheel] = []
+        for shard in self.root.glob("??"):
+            for path in shard.glob(".*"):
+                if not path.name.startswith((".staging-", ".pruned-")):
+                    continue
+                try:
+                    changed = path.stat().st_mtime
+                except OSError:
+                    continue
+                if now - changed <= unused_for:
+                    continue  # a store or prune may still be at work on it
+                what = KeptWheel(path.name, path, "", "", _tree_size(path), changed)
+                if not dry_run:
+                    shutil.rmtree(path, ignore_errors=True)
+                left.append(PrunedWheel(what, "would remove" if dry_run else "removed", True))
+        return left
 
     def store(self, digest: str, wheel_path: Path, record: Mapping[str, Any]) -> CachedWheel:
         """Keep ``wheel_path`` and its build record under ``digest`` (atomically)."""

@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "timeline": ("wheelkiln.cli.plan", "timeline_command"),
     "fleet": ("wheelkiln.cli.fleet", "fleet_group"),
     "envs": ("wheelkiln.cli.envs", "envs_group"),
+    "wheels": ("wheelkiln.cli.wheels", "wheels_group"),
 }
 """Each command's name: its module and object in it."""
 
