@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -232,3 +235,75 @@ def test_a_job_directory_is_emptied_but_for_its_source_copy(tmp_path: Path) -> N
     linked.symlink_to(outside, target_is_directory=True)
     empty_but(linked, linked / "src")
     assert linked.is_dir() and not linked.is_symlink() and files_under(outside) == ["keep.txt"]
+
+
+def _as_another_user(work: Callable[[], None]) -> None:
+    """Run *work* as a user other than root, where permissions are checked: in a forked
+    child that drops to ``nobody`` when the suite runs as root, else here."""
+    if os.geteuid() != 0:
+        work()
+        return
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        os.close(read)
+        message = b""
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            work()
+        except BaseException:
+            message = traceback.format_exc().encode()
+        os.write(write, message or b"ok")
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as reported:
+        said = reported.read().decode()
+    os.waitpid(child, 0)
+    assert said == "ok", said
+
+
+def test_a_read_only_source_gives_a_copy_its_build_can_write_and_remove() -> None:
+    # A Nix store path, a Perforce workspace or an sdist packed with read-only modes:
+    # directories 0555, files 0444. As root nothing of this shows; as anyone else the
+    # copy kept those modes and the build could not write its outputs into it, nor the
+    # next job empty or rewrite it.
+    # pytest's directories are root's alone (0700) when root runs the suite; nobody must
+    # reach this one.
+    shared = Path(tempfile.mkdtemp(prefix="kiln-read-only-"))
+    shared.chmod(0o777)
+    source = write(shared / "src", {"setup.py": "x = 1\n", "pkg/a.c": "int a;\n",
+                                    "pkg/tool.sh": "#!/bin/sh\n"})
+    (source / "pkg" / "tool.sh").chmod(0o555)
+    for path in (source / "setup.py", source / "pkg" / "a.c"):
+        path.chmod(0o444)
+    for directory in (source / "pkg", source):
+        directory.chmod(0o555)
+    job = shared / "job"
+
+    def build_twice() -> None:
+        tree = job / "tree"
+        job.mkdir()
+        assert copy_tree(source, tree) == source_digest(source)
+        (tree / "build").mkdir()  # setuptools' outputs, Cython's C beside its .pyx
+        (tree / "pkg" / "a.o").write_text("object")
+        assert (tree / "pkg" / "tool.sh").stat().st_mode & 0o777 == 0o755  # still runs
+        assert (tree / "setup.py").stat().st_mode & 0o777 == 0o644
+        # What an earlier kiln left (the source's modes) and a build made read-only.
+        for directory in (tree / "pkg", tree):
+            directory.chmod(0o555)
+        made = write(job / "gomod", {"x/y.go": "package y\n"})
+        for directory in (made / "x", made):
+            directory.chmod(0o555)
+        empty_but(job, tree)
+        assert sorted(p.name for p in job.iterdir()) == ["tree"]
+        assert copy_tree(source, tree) == source_digest(source)
+        assert files_under(tree) == ["pkg/a.c", "pkg/tool.sh", "setup.py"]
+
+    try:
+        _as_another_user(build_twice)
+    finally:
+        for directory in (source, source / "pkg"):
+            directory.chmod(0o755)
+        shutil.rmtree(shared)

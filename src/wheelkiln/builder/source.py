@@ -289,13 +289,14 @@ def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_
             try:
                 descriptor = os.open(copied, flags, 0o600)
             except PermissionError:  # an earlier copy of a read-only file: made anew
-                Path(copied).unlink()
+                _unlink(copied)
                 descriptor = os.open(copied, flags, 0o600)
             with open(source, "rb") as reader, open(descriptor, "wb") as writer:
                 while block := reader.read(1 << 20):
                     digest.update(block)
                     writer.write(block)
         shutil.copystat(source, copied)  # as shutil.copy2: mode and mtimes
+        _owner_may_write(copied)
         contents[copied] = digest.hexdigest()
         return copied
 
@@ -303,6 +304,8 @@ def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_
         root, destination, ignore=ignore, symlinks=True, copy_function=copy_file,
         dirs_exist_ok=True,
     )  # fmt: skip
+    for directory in directories:  # copytree gave each the source's mode, last
+        _owner_may_write(directory)
     kept = {*contents, *links}
     for directory, subdirectories, files in os.walk(target, topdown=False):
         for name in files:
@@ -361,16 +364,54 @@ def _is_kind(path: str, is_kind: Callable[[int], bool]) -> bool:
     return is_kind(status.st_mode) and (stat.S_ISDIR(status.st_mode) or status.st_nlink == 1)
 
 
+OWNER_RWX = stat.S_IRWXU
+"""What the copy's owner may do with each of its directories (and, but execute, with each
+file): the copy is the build's own tree. A source whose directories or files are read-only
+(a Nix store path, a Perforce workspace, an sdist packed with read-only modes) kept those
+modes in the copy, and a build run as anyone but root could not write its outputs into
+it (setuptools' ``build/``, Cython's ``.c`` beside its ``.pyx``), nor the next job
+remove or rewrite it."""
+
+
+def _owner_may_write(path: str | Path) -> None:
+    """Let the owner read and write *path* (and enter it, a directory); no symlink is
+    followed, and other bits (group, other, execute on a file) stay the source's."""
+    status = os.lstat(path)
+    wanted = OWNER_RWX if stat.S_ISDIR(status.st_mode) else stat.S_IRUSR | stat.S_IWUSR
+    if stat.S_ISLNK(status.st_mode) or status.st_mode & wanted == wanted:
+        return
+    Path(path).chmod(stat.S_IMODE(status.st_mode) | wanted)
+
+
+def _unlink(path: str) -> None:
+    """Unlink *path*; where its directory is read-only (an earlier kiln's copy, or one a
+    build made so), the owner is let write it first."""
+    try:
+        Path(path).unlink()
+    except PermissionError:
+        _owner_may_write(Path(path).parent)
+        Path(path).unlink()
+
+
 def _remove(path: str) -> None:
-    """Remove *path*, a directory with what it holds, never what a symlink leads to."""
+    """Remove *path*, a directory with what it holds, never what a symlink leads to.
+    Read-only directories in it (an earlier kiln's copy of a read-only source, or ones a
+    build made: Go's module cache is read-only) are let writable first where removing
+    fails, as a user other than root cannot empty them otherwise."""
     try:
         status = os.lstat(path)
     except FileNotFoundError:
         return
-    if stat.S_ISDIR(status.st_mode):
+    if not stat.S_ISDIR(status.st_mode):
+        _unlink(path)
+        return
+    try:
         shutil.rmtree(path)
-    else:
-        Path(path).unlink()
+    except PermissionError:
+        _owner_may_write(Path(path).parent)
+        for directory, _subdirectories, _files in os.walk(path):  # symlinks not entered
+            _owner_may_write(directory)
+        shutil.rmtree(path)
 
 
 def source_digest(tree: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> str:
