@@ -241,3 +241,27 @@ def test_prune_removes_entries_and_leftovers_unused_for_longer(tmp_path: Path) -
     assert recent_entry.exists() and working.exists()
     assert not [p for p in old_entry.parent.iterdir() if p.name.startswith(".pruned-")]
     assert [kept.digest for kept in cache.kept()] == [recent]
+
+
+def test_prune_follows_no_symlink_in_the_cache(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    old_entry = _stored(tmp_path, cache, "a" * 64, used_days_ago=40)
+    elsewhere = write_old_tree(tmp_path / "elsewhere")
+    (old_entry.parent / ("c" * 64)).symlink_to(elsewhere)  # an entry's place
+    (old_entry.parent / ".staging-x").symlink_to(elsewhere)  # a leftover's place
+    (tmp_path / "wheels" / "dd").symlink_to(tmp_path / "elsewhere-shard")
+    write_old_tree(tmp_path / "elsewhere-shard" / ".staging-y")
+    assert [kept.digest for kept in cache.kept()] == ["a" * 64]
+    done = cache.prune(30 * 86400)
+    assert [(r.entry.digest, r.outcome) for r in done] == [("a" * 64, "removed")]
+    assert (elsewhere / "keep.txt").is_file()
+    assert (tmp_path / "elsewhere-shard" / ".staging-y" / "keep.txt").is_file()
+
+
+def write_old_tree(path: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "keep.txt").write_text("not the cache's")
+    then = time.time() - 40 * 86400
+    for item in (path / "keep.txt", path):
+        os.utime(item, (then, then))
+    return path

@@ -367,18 +367,26 @@ class WheelCache:
             entries.append(KeptWheel(entry.name, entry, wheel, cell, _tree_size(entry), used))
         return sorted(entries, key=lambda kept: kept.last_used)
 
-    def _entries(self) -> list[Path]:
+    def _shards(self) -> list[Path]:
+        """The ``<2 hex>`` directories (symlinks in their place are not followed)."""
         try:
-            shards = sorted(p for p in self.root.iterdir() if len(p.name) == 2 and p.is_dir())
+            return sorted(
+                p for p in self.root.iterdir()
+                if len(p.name) == 2 and p.is_dir() and not p.is_symlink()
+            )  # fmt: skip
         except OSError:
             return []
+
+    def _entries(self) -> list[Path]:
         found: list[Path] = []
-        for shard in shards:
+        for shard in self._shards():
             try:
                 found.extend(sorted(p for p in shard.iterdir() if not p.name.startswith(".")))
             except OSError:
                 continue
-        return [p for p in found if p.is_dir()]
+        # An entry is a directory kiln made: a symlink in its place is not walked into,
+        # sized through or listed (a prune would remove only the link, if anything).
+        return [p for p in found if p.is_dir() and not p.is_symlink()]
 
     def prune(self, unused_for: float, *, dry_run: bool = False) -> list[PrunedWheel]:
         """Remove each entry whose last use is more than *unused_for* seconds ago, and
@@ -419,9 +427,9 @@ class WheelCache:
 
     def _leftovers(self, now: float, unused_for: float, *, dry_run: bool) -> list[PrunedWheel]:
         left: list[PrunedWheel] = []
-        for shard in self.root.glob("??"):
+        for shard in self._shards():
             for path in shard.glob(".*"):
-                if not path.name.startswith((".staging-", ".pruned-")):
+                if not path.name.startswith((".staging-", ".pruned-")) or path.is_symlink():
                     continue
                 try:
                     changed = path.stat().st_mtime
