@@ -130,6 +130,36 @@ def test_compile_error_fails_its_shard(kiln: Kiln, tmp_path: Path) -> None:
     assert not list((tmp_path / "shards").glob("*.tar.gz")), "a failed shard packs no archive"
 
 
+def test_a_package_with_nothing_to_compile_is_told_to_build_unsharded(
+    kiln: Kiln, tmp_path: Path
+) -> None:
+    # A pure-Python package (flit_core) under --shards: its build calls no compiler, which
+    # is no misconfigured launcher to look for, and its wheel says why.
+    package = tmp_path / "purepkg"
+    (package / "purepkg").mkdir(parents=True)
+    (package / "purepkg" / "__init__.py").write_text('"""Pure."""\n')
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["flit_core>=3.4"]\nbuild-backend = "flit_core.buildapi"\n'
+        '[project]\nname = "purepkg"\nversion = "0.1"\ndescription = "pure"\n'
+    )
+    recipe = tmp_path / "purepkg.toml"
+    recipe.write_text(
+        'name = "purepkg"\n[source]\npath = "purepkg"\n'
+        '[matrix]\npython = ["3.11"]\nplatforms = ["linux-x86_64"]\n'
+    )
+    result = kiln("shard", recipe, "--index", "0", "--count", "2", "--out", tmp_path / "shards",
+                  "--workdir", tmp_path / "work", check=False)
+    assert result.returncode == 5, result.stderr
+    assert (
+        "nothing to shard: the build called no compiler and its wheel, "
+        "purepkg-0.1-py2.py3-none-any.whl, holds no extension module. Build it unsharded: "
+        "kiln build without --shards, and no [sharding] count above 1 in its recipe"
+    ) in result.stderr
+    assert "wrapper never invoked" not in result.stderr
+    built = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "work")
+    assert Path(built["wheel"]["path"]).name == "purepkg-0.1-py2.py3-none-any.whl"
+
+
 def _shard_all(kiln: Kiln, recipe: Path, tmp_path: Path, count: int, shards: Path, workdir: str = "work") -> None:
     for index in range(count):
         kiln("shard", recipe, "--index", str(index), "--count", str(count), "--partition", "seat",

@@ -427,6 +427,18 @@ def test_halfway_fixture_is_what_it_says() -> None:
     assert any(size > 1 for _, size in objects) and has_unresolved_symbols(log)
 
 
+def test_a_build_that_compiled_nothing_and_made_a_pure_wheel_is_told_to_build_unsharded() -> None:
+    pure = shard_gate(0, "", [], [], None, pure_wheel="pkg-0.1-py3-none-any.whl")
+    assert not pure.passed
+    assert pure.reasons == (
+        "nothing to shard: the build called no compiler and its wheel, "
+        "pkg-0.1-py3-none-any.whl, holds no extension module. Build it unsharded: kiln build "
+        "without --shards, and no [sharding] count above 1 in its recipe",
+    )
+    # With no wheel to tell, the compiler was missed: the launcher's settings are named.
+    assert "wrapper never invoked" in shard_gate(0, "", [], [], None).reasons[0]
+
+
 def test_a_shard_that_stopped_half_way_fails_naming_what_never_compiled() -> None:
     """Today's main passed it: objects exist and the log has an unresolved-symbol line."""
     log, objects, records, database = _halfway()

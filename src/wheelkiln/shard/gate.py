@@ -230,11 +230,15 @@ def shard_gate(
     objects: Sequence[tuple[str, int]],
     wrapper_records: Sequence[WrapperRecord],
     expected: Sequence[ExpectedCompile] | None = None,
+    *,
+    pure_wheel: str | None = None,
 ) -> ShardGateResult:
     """Decide whether a shard's build is acceptable.
 
     * The wrapper must have run (no records: the build never reached the compiler
-      through the wrapper, so the shard filled no cache).
+      through the wrapper, so the shard filled no cache). *pure_wheel*: the file name of
+      the build's wheel where it holds no extension module; a build that compiled
+      nothing and made one is a package with nothing to shard, and is told so.
     * No compiler diagnostic may appear in the log (except those of build-system probes
       that failed on purpose, see :func:`_real_diagnostics`), and no TU compile may have
       failed in the wrapper's records: a broken TU is broken in the link job too.
@@ -259,7 +263,13 @@ def shard_gate(
         "probed": counts.get("probe", 0),
     }
     reasons: list[str] = []
-    if not wrapper_records:
+    if not wrapper_records and pure_wheel is not None:
+        reasons.append(
+            f"nothing to shard: the build called no compiler and its wheel, {pure_wheel}, "
+            "holds no extension module. Build it unsharded: kiln build without --shards, "
+            "and no [sharding] count above 1 in its recipe"
+        )
+    elif not wrapper_records:
         reasons.append(
             "wrapper never invoked: the build did not call the compiler through the "
             "seat wrapper (check CC/CXX, CMAKE_<LANG>_COMPILER_LAUNCHER, PYTORCH_NVCC)"

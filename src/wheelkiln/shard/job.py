@@ -269,7 +269,11 @@ def run_shard(
     records = read_wrapper_log(wrapper_log)
     objects = find_objects([job_dir / "build", tree])
     expected = _slice_compiles(outcome, job_dir / "build", index, count, partition, partition_map)
-    gate = shard_gate(outcome.exit_code, outcome.log_text, objects, records, expected)
+    wheel = outcome.wheel
+    pure = wheel.path.name if wheel is not None and not wheel.extensions else None
+    gate = shard_gate(
+        outcome.exit_code, outcome.log_text, objects, records, expected, pure_wheel=pure
+    )
     if handoff == "remote" and (problems := remote_handoff_problems(outcome.remote)):
         gate = replace(gate, passed=False, reasons=(*gate.reasons, *problems))
     fingerprint = toolchain_fingerprint(loaded, cell, outcome.versions)
