@@ -4,6 +4,7 @@ and the wheel is equivalent to an unsharded build. Real compilers, real ccache."
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -158,6 +159,34 @@ def test_a_package_with_nothing_to_compile_is_told_to_build_unsharded(
     assert "wrapper never invoked" not in result.stderr
     built = kiln.json("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "work")
     assert Path(built["wheel"]["path"]).name == "purepkg-0.1-py2.py3-none-any.whl"
+
+
+def test_a_generator_linked_against_a_stubbed_static_library_is_made_whole(
+    kiln: Kiln, tmp_path: Path, installed
+) -> None:
+    # CMake: a static library of four objects, a code generator linked against it that
+    # the build runs, and a module that includes its output. A shard that stubbed some of
+    # the library's objects packed the stubs into libcore.a; the generator's link failed
+    # on them and the shard stopped before its own compiles.
+    tree = tmp_path / "genpkg"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "static-generator", tree)
+    recipe = tmp_path / "genpkg.toml"
+    recipe.write_text(
+        'name = "genpkg"\n[source]\npath = "genpkg"\n'
+        '[matrix]\npython = ["3.11"]\nplatforms = ["linux-x86_64"]\n'
+        '[verify]\nimport = "genpkg"\n'
+    )
+    result = kiln.json("build", recipe, "--shards", "3", "--out", tmp_path / "out",
+                       "--workdir", tmp_path / "work")
+    assert result["gate"] == {"passed": True, "problems": []}
+    link = result["link"]
+    assert link["cache"]["misses"] == 0 and link["cache"]["hits"] == link["cache"]["total"] == 6
+    assert all(shard["shard"]["gate"]["passed"] for shard in result["shards"])
+    # a*97 + b*98 + c*99 + d*100 at 1 (the generated table) + a(2) + b(3)
+    answer = installed(link["wheel"]["path"], "import genpkg; print(genpkg.answer())")
+    assert int(answer) == 97 + 98 + 99 + 100 + 2 * 97 + 3 * 98
+    logs = "".join(path.read_text() for path in (tmp_path / "work").glob("*-shard-*/build.log"))
+    assert "libcore.a held" in logs and "compiled them for real and wrote them into it" in logs
 
 
 def _shard_all(kiln: Kiln, recipe: Path, tmp_path: Path, count: int, shards: Path, workdir: str = "work") -> None:

@@ -42,7 +42,10 @@ Per call it decides, in this order:
      (**link-probe-rebuild**: the probe that no name list knows, such as
      pycryptodome's ``test1.c``); one that consumes a deferred library first makes
      that library for real, its stubbed objects recompiled and its own deferred
-     libraries made the same way (a **link** record each).
+     libraries made the same way (a **link** record each); one that consumes an
+     in-tree static library holding stubbed objects (``ar`` packed them like any
+     other) first recompiles them and writes them into it (:func:`complete_archive`).
+     A shared-library link that consumes such a library is deferred, as above.
    * Every other link runs for real. A shared-library (or nvcc device) link that fails
      with unresolved symbols only is the expected shard failure: its stderr goes
      through, a placeholder output is written, and it exits 0 (**link-unresolved**) so
@@ -64,7 +67,7 @@ compiles ahead, ``fcntl`` and ``zlib`` for the claims); ``json`` (which imports 
 """
 
 # Per-TU hot path: pathlib costs ~8 ms to import (fnmatch, re, urllib), so os.path strings.
-# ruff: noqa: PTH100, PTH103, PTH109, PTH118, PTH119, PTH120
+# ruff: noqa: PTH100, PTH103, PTH109, PTH113, PTH118, PTH119, PTH120
 from __future__ import annotations
 
 import os
@@ -601,6 +604,115 @@ def incomplete_inputs(
     return stubbed, list(deferred.values())
 
 
+def static_library_inputs(
+    parsed: compiler_args.CompilerArgs, cwd: str, config: SeatConfig
+) -> list[str]:
+    """Absolute paths of the in-tree static libraries a link names: its ``.a`` operands,
+    and each ``-lNAME`` (``-l:FILE``) whose first find in its ``-L`` directories is a
+    static library (the linker takes a ``.so`` there first). Only those under the build
+    directory or the package root: a shard stubs nothing elsewhere, and a system
+    library is not worth reading."""
+    roots = tuple(
+        os.path.join(os.path.realpath(root), "") for root in (config.build_dir, config.package_root)
+        if root
+    )  # fmt: skip
+    found = [
+        os.path.normpath(os.path.join(cwd, operand))
+        for operand in parsed.operands
+        if operand.endswith(".a")
+    ]
+    for name in parsed.libraries:
+        names = (name[1:],) if name.startswith(":") else (f"lib{name}.so", f"lib{name}.a")
+        candidates = (
+            os.path.normpath(os.path.join(cwd, directory, file_name))
+            for directory in parsed.library_dirs
+            for file_name in names
+        )
+        first = next((path for path in candidates if os.path.isfile(path)), None)
+        if first is not None and first.endswith(".a"):
+            found.append(first)
+    return [
+        path for path in dict.fromkeys(found)
+        if os.path.isfile(path) and os.path.realpath(path).startswith(roots)
+    ]  # fmt: skip
+
+
+def stubbed_archives(
+    parsed: compiler_args.CompilerArgs, cwd: str, config: SeatConfig
+) -> list[tuple[str, bool, list[str]]]:
+    """(archive, thin, members) for each in-tree static library this link consumes that
+    holds objects this shard stubbed (:mod:`wheelkiln.shard.ar_members`)."""
+    archives = static_library_inputs(parsed, cwd, config) if config.stub_object else []
+    if not archives:
+        return []
+    from wheelkiln.shard.ar_members import stubbed_members  # links only
+
+    assert config.stub_object is not None
+    with open(config.stub_object, "rb") as handle:
+        stub = handle.read()
+    found = []
+    for archive in archives:
+        thin, members = stubbed_members(archive, stub)
+        if members:
+            found.append((archive, thin, members))
+    return found
+
+
+def _logged_outputs_named(log_path: str | None, names: set[str]) -> list[str]:
+    """Every output in the shard's log whose file name is one of *names* (an archive
+    names its members by file name alone)."""
+    if not log_path or not names:
+        return []
+    try:
+        with open(log_path, "rb") as handle:
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    import json  # here only: json imports re, and links are few
+
+    outputs: dict[str, None] = {}
+    for line in text.splitlines():
+        value = _output_field(line)
+        if value is None or value == "null":
+            continue
+        try:
+            output = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(output, str) and os.path.basename(output) in names:
+            outputs[output] = None
+    return list(outputs)
+
+
+def complete_archive(archive: str, thin: bool, members: list[str], config: SeatConfig) -> None:
+    """Make the stubbed members of *archive* real for a link that needs the whole
+    library (an executable the build may run, or a deferred library made for real):
+    each stubbed object recompiled from its logged command, then written into the
+    archive (``ar rs``: the member of the same name replaced, the symbol index made
+    again; for a thin archive only the index). Left as it is where no ``ar`` is found
+    or no member's object is known: the link then runs as it would have."""
+    import shutil
+    import subprocess
+
+    paths = members if thin else _logged_outputs_named(config.log_path, set(members))
+    records = latest_records(config.log_path, paths)
+    rebuilt = [
+        path for path in paths
+        if records.get(path, {}).get("action") == "stub"
+        and rebuild_stub(records[path], config) == 0
+    ]  # fmt: skip
+    ar = shutil.which("ar")
+    if not rebuilt or ar is None:
+        return
+    command = [ar, "s", archive] if thin else [ar, "rs", archive, *rebuilt]
+    exit_code = subprocess.call(command)
+    sys.stderr.write(
+        f"kiln wrapper: {archive} held {len(rebuilt)} object(s) this shard stubbed: compiled "
+        f"them for real and {'indexed it again' if thin else 'wrote them into it'} "
+        f"(exit {exit_code}), for a link that needs the whole library\n"
+    )
+
+
 def rebuild_stub(record: Mapping[str, object], config: SeatConfig) -> int:
     """Recompile a stubbed object for real from its logged argv and cwd."""
     import subprocess  # here only: it needs a cwd, which posix_spawn cannot set in 3.11
@@ -647,6 +759,8 @@ def make_deferred(record: Mapping[str, object], config: SeatConfig, made: set[st
         rebuild_stub(stub, config)
     for library in deferred:
         make_deferred(library, config, made)
+    for archive, thin, members in stubbed_archives(parsed, cwd, config):
+        complete_archive(archive, thin, members, config)
     started = time.perf_counter()
     exit_code = subprocess.call(launch.compile_command(config.cache, argv[0], argv[1:]), cwd=cwd)
     append_record(
@@ -689,7 +803,8 @@ def run_link(
     executable = parsed.stage == "link" and not parsed.shared and not parsed.relocatable
     if config.seat_active and (executable or _deferrable(decision, config)):
         stubbed, deferred = incomplete_inputs(parsed, cwd, config)
-        if not executable and (stubbed or deferred):
+        archived = stubbed_archives(parsed, cwd, config)
+        if not executable and (stubbed or deferred or archived):
             if link_placeholder(compiler, args, parsed, config):
                 seconds = time.perf_counter() - started
                 record = _record(None, "link-deferred", seconds, 0, decision.output, argv, cwd)
@@ -701,6 +816,8 @@ def run_link(
             made: set[str] = set()
             for record in deferred:
                 make_deferred(record, config, made)
+            for archive, thin, members in archived:
+                complete_archive(archive, thin, members, config)
 
     command = launch.compile_command(config.cache, compiler, args)
     # An executable's failed link keeps its exit code (a build system may be asking
