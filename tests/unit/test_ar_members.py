@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from wheelkiln.shard.ar_members import archive_members, stubbed_members
+from wheelkiln.shard.wrapper import archive_objects
 
 STUB = b"\x7fELF stub object"
 
@@ -75,3 +76,21 @@ def test_what_is_no_archive_has_no_members(tmp_path: Path) -> None:
     for name in ("cut.a", "text.a", "bad-header.a", "missing.a"):
         assert archive_members(str(tmp_path / name)) == (False, []), name
         assert stubbed_members(str(tmp_path / name), STUB) == (False, []), name
+
+
+def test_each_member_is_matched_to_its_own_object_or_left_out() -> None:
+    build = "/w/build"
+    logged = [
+        f"{build}/CMakeFiles/core.dir/csrc/a.cpp.o",  # libcore.a's own
+        f"{build}/CMakeFiles/other.dir/csrc/a.cpp.o",  # another target's, same name
+        f"{build}/CMakeFiles/core.dir/csrc/b.cpp.o",
+        f"{build}/CMakeFiles/x.dir/u/c.cpp.o",  # two of them, neither in core.dir
+        f"{build}/CMakeFiles/y.dir/v/c.cpp.o",
+        f"{build}/libm.a.p/m_d.c.o",  # meson's object directory
+        f"{build}/libn.a.p/m_d.c.o",
+    ]
+    assert archive_objects(f"{build}/libcore.a", ["a.cpp.o", "b.cpp.o", "c.cpp.o"], logged) == [
+        f"{build}/CMakeFiles/core.dir/csrc/a.cpp.o", f"{build}/CMakeFiles/core.dir/csrc/b.cpp.o"]  # fmt: skip
+    assert archive_objects(f"{build}/libm.a", ["m_d.c.o"], logged) == [f"{build}/libm.a.p/m_d.c.o"]
+    # Two members of one name: which object each was is unknown.
+    assert archive_objects(f"{build}/libcore.a", ["b.cpp.o", "b.cpp.o"], logged) == []

@@ -684,6 +684,30 @@ def _logged_outputs_named(log_path: str | None, names: set[str]) -> list[str]:
     return list(outputs)
 
 
+def archive_objects(archive: str, members: Sequence[str], logged: Sequence[str]) -> list[str]:
+    """The object file each of *members* (names in the archive) was packed from, among
+    the *logged* outputs of the shard. An archive keeps only file names: where two
+    objects of the build share one (``a.cpp.o`` of two targets), the one in the
+    archive's own object directory is taken (CMake's ``CMakeFiles/<name>.dir/`` for
+    ``lib<name>.a``, meson's ``<archive>.p/``); a name still shared, or held by two
+    members, is left out rather than guessed, as writing another target's object
+    into the archive would build this shard from the wrong code."""
+    base = os.path.basename(archive)
+    marks = [archive + ".p" + os.sep]
+    if base.startswith("lib") and base.endswith(".a"):
+        marks.append(os.sep + os.path.join("CMakeFiles", base[3:-2] + ".dir") + os.sep)
+    chosen: list[str] = []
+    for name in members:
+        if members.count(name) > 1:
+            continue
+        found = [path for path in logged if os.path.basename(path) == name]
+        if len(found) > 1:
+            found = [path for path in found if any(mark in path for mark in marks)]
+        if len(found) == 1:
+            chosen.append(found[0])
+    return chosen
+
+
 def complete_archive(archive: str, thin: bool, members: list[str], config: SeatConfig) -> None:
     """Make the stubbed members of *archive* real for a link that needs the whole
     library (an executable the build may run, or a deferred library made for real):
@@ -694,7 +718,11 @@ def complete_archive(archive: str, thin: bool, members: list[str], config: SeatC
     import shutil
     import subprocess
 
-    paths = members if thin else _logged_outputs_named(config.log_path, set(members))
+    if thin:
+        paths = members
+    else:
+        logged = _logged_outputs_named(config.log_path, set(members))
+        paths = archive_objects(archive, members, logged)
     records = latest_records(config.log_path, paths)
     rebuilt = [
         path for path in paths
