@@ -713,8 +713,9 @@ def complete_archive(archive: str, thin: bool, members: list[str], config: SeatC
     library (an executable the build may run, or a deferred library made for real):
     each stubbed object recompiled from its logged command, then written into the
     archive (``ar rs``: the member of the same name replaced, the symbol index made
-    again; for a thin archive only the index). Left as it is where no ``ar`` is found
-    or no member's object is known: the link then runs as it would have."""
+    again; for a thin archive only the index), with ``$AR`` where the build sets it.
+    Left as it is where no ``ar`` is found or no member's object is known: the link
+    then runs as it would have."""
     import shutil
     import subprocess
 
@@ -729,7 +730,10 @@ def complete_archive(archive: str, thin: bool, members: list[str], config: SeatC
         if records.get(path, {}).get("action") == "stub"
         and rebuild_stub(records[path], config) == 0
     ]  # fmt: skip
-    ar = shutil.which("ar")
+    # The build's archiver where it names one (llvm-ar indexes clang's LTO bitcode, which
+    # GNU ar cannot), else ar.
+    named = os.environ.get("AR", "").split()
+    ar = (shutil.which(named[0]) if named else None) or shutil.which("ar")
     if not rebuilt or ar is None:
         return
     command = [ar, "s", archive] if thin else [ar, "rs", archive, *rebuilt]
