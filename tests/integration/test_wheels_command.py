@@ -59,3 +59,28 @@ def test_a_bad_age_names_the_argument(tmp_path: Path) -> None:
     assert "Invalid value for '--unused-for': 'soon' is not an age" in done.stderr
     assert "Traceback" not in done.stderr
     assert json.loads(kiln("wheels", "list", "--json").stdout) == []
+
+
+def test_a_wheel_the_cache_cannot_keep_is_still_built_and_recorded(tmp_path: Path) -> None:
+    # A full disk, or a prune that took the entry's staging directory: here the cache's
+    # directory is a file. The build's wheel and record stay; only the shortcut is lost.
+    kiln = Kiln(tmp_path / "home", tmp_path / "state")
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "wheels").write_text("not a directory")
+    package = tmp_path / "purepkg"
+    (package / "purepkg").mkdir(parents=True)
+    (package / "purepkg" / "__init__.py").write_text('"""Pure."""\n')
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["flit_core>=3.4"]\nbuild-backend = "flit_core.buildapi"\n'
+        '[project]\nname = "purepkg"\nversion = "0.1"\ndescription = "pure"\n'
+    )
+    recipe = tmp_path / "purepkg.toml"
+    recipe.write_text('name = "purepkg"\n[source]\npath = "purepkg"\n'
+                      '[matrix]\npython = ["3.11"]\nplatforms = ["linux-x86_64"]\n')
+    done = kiln("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "work",
+                "--json")
+    record = json.loads(done.stdout)
+    assert Path(record["wheel"]["path"]).is_file()
+    assert (tmp_path / "out" / "purepkg-py3.11-linux-x86_64.build.json").is_file()
+    assert "the wheel cache kept no copy of purepkg-0.1-py2.py3-none-any.whl" in done.stderr
+    assert "Traceback" not in done.stderr

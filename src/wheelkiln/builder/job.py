@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from wheelkiln import ui
 from wheelkiln.builder.cell import BuildOutcome, build_cell, job_toolchain
 from wheelkiln.builder.record import build_record, publish, remember, served_record
 from wheelkiln.builder.wheel_cache import (
@@ -89,7 +90,12 @@ def run_build(
     # Also in the state home, where `kiln build --shards` finds it whatever --out was.
     remember(record, digest)
     if use_wheel_cache and outcome.wheel is not None:
-        cache.store(digest, outcome.wheel.path, record)
+        try:
+            cache.store(digest, outcome.wheel.path, record)
+        except OSError as exc:
+            # The wheel and its record are in place; a full disk, or a prune that took
+            # the entry's staging directory, costs only the next build's shortcut.
+            ui.warn(f"the wheel cache kept no copy of {outcome.wheel.path.name}: {exc}")
     return BuildResult(record, Path(record["wheel"]["path"]), outcome, record_path, None)
 
 
