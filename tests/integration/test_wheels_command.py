@@ -61,12 +61,14 @@ def test_a_bad_age_names_the_argument(tmp_path: Path) -> None:
     assert json.loads(kiln("wheels", "list", "--json").stdout) == []
 
 
-def test_a_wheel_the_cache_cannot_keep_is_still_built_and_recorded(tmp_path: Path) -> None:
+def test_a_wheel_the_cache_or_state_home_cannot_keep_is_still_built_and_recorded(tmp_path: Path) -> None:
     # A full disk, or a prune that took the entry's staging directory: here the cache's
-    # directory is a file. The build's wheel and record stay; only the shortcut is lost.
+    # directory is a file, and so is the state home's store of records. The build's
+    # wheel and record stay; only the shortcut and the remembered copy are lost.
     kiln = Kiln(tmp_path / "home", tmp_path / "state")
-    (tmp_path / "home").mkdir()
-    (tmp_path / "home" / "wheels").write_text("not a directory")
+    for store in (tmp_path / "home" / "wheels", tmp_path / "state" / "builds"):
+        store.parent.mkdir()
+        store.write_text("not a directory")
     package = tmp_path / "purepkg"
     (package / "purepkg").mkdir(parents=True)
     (package / "purepkg" / "__init__.py").write_text('"""Pure."""\n')
@@ -83,4 +85,5 @@ def test_a_wheel_the_cache_cannot_keep_is_still_built_and_recorded(tmp_path: Pat
     assert Path(record["wheel"]["path"]).is_file()
     assert (tmp_path / "out" / "purepkg-py3.11-linux-x86_64.build.json").is_file()
     assert "the wheel cache kept no copy of purepkg-0.1-py2.py3-none-any.whl" in done.stderr
+    assert "the state home kept no copy of this build's record" in done.stderr
     assert "Traceback" not in done.stderr

@@ -88,7 +88,10 @@ def run_build(
     record_path = publish(outcome, record, out_dir)
     digest = outcome_input_digest(loaded, outcome, options)
     # Also in the state home, where `kiln build --shards` finds it whatever --out was.
-    remember(record, digest)
+    try:
+        remember(record, digest)
+    except OSError as exc:  # the wheel and its record are in place: say so, go on
+        ui.warn(f"the state home kept no copy of this build's record: {exc}")
     if use_wheel_cache and outcome.wheel is not None:
         try:
             cache.store(digest, outcome.wheel.path, record)
