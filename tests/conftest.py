@@ -151,6 +151,24 @@ def copy_example(name: str, destination: Path) -> Path:
     return target
 
 
+def pure_package(root: Path) -> Path:
+    """A pure-Python package (flit_core, nothing to compile) under *root*, and its
+    recipe's path."""
+    package = root / "purepkg"
+    (package / "purepkg").mkdir(parents=True)
+    (package / "purepkg" / "__init__.py").write_text('"""Pure."""\n')
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["flit_core>=3.4"]\nbuild-backend = "flit_core.buildapi"\n'
+        '[project]\nname = "purepkg"\nversion = "0.1"\ndescription = "pure"\n'
+    )
+    recipe = root / "purepkg.toml"
+    recipe.write_text(
+        'name = "purepkg"\n[source]\npath = "purepkg"\n'
+        '[matrix]\npython = ["3.11"]\nplatforms = ["linux-x86_64"]\n'
+    )
+    return recipe
+
+
 def recipe_for(tree: Path, recipe_name: str, destination: Path, **replace: str) -> Path:
     """A copy of a bundled recipe whose source.path points at ``tree``."""
     text = (RECIPES / f"{recipe_name}.toml").read_text()

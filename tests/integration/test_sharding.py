@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Kiln, copy_example, expected_checksum, recipe_for
+from tests.conftest import Kiln, copy_example, expected_checksum, pure_package, recipe_for
 from wheelkiln.cells import shard_archive
 from wheelkiln.shard.partition import shard_of, tu_key
 
@@ -136,18 +136,7 @@ def test_a_package_with_nothing_to_compile_is_told_to_build_unsharded(
 ) -> None:
     # A pure-Python package (flit_core) under --shards: its build calls no compiler, which
     # is no misconfigured launcher to look for, and its wheel says why.
-    package = tmp_path / "purepkg"
-    (package / "purepkg").mkdir(parents=True)
-    (package / "purepkg" / "__init__.py").write_text('"""Pure."""\n')
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["flit_core>=3.4"]\nbuild-backend = "flit_core.buildapi"\n'
-        '[project]\nname = "purepkg"\nversion = "0.1"\ndescription = "pure"\n'
-    )
-    recipe = tmp_path / "purepkg.toml"
-    recipe.write_text(
-        'name = "purepkg"\n[source]\npath = "purepkg"\n'
-        '[matrix]\npython = ["3.11"]\nplatforms = ["linux-x86_64"]\n'
-    )
+    recipe = pure_package(tmp_path)
     result = kiln("shard", recipe, "--index", "0", "--count", "2", "--out", tmp_path / "shards",
                   "--workdir", tmp_path / "work", check=False)
     assert result.returncode == 5, result.stderr

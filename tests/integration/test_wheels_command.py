@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Kiln, copy_example, recipe_for
+from tests.conftest import Kiln, copy_example, pure_package, recipe_for
 
 pytestmark = pytest.mark.compile
 
@@ -69,16 +69,7 @@ def test_a_wheel_the_cache_or_state_home_cannot_keep_is_still_built_and_recorded
     for store in (tmp_path / "home" / "wheels", tmp_path / "state" / "builds"):
         store.parent.mkdir()
         store.write_text("not a directory")
-    package = tmp_path / "purepkg"
-    (package / "purepkg").mkdir(parents=True)
-    (package / "purepkg" / "__init__.py").write_text('"""Pure."""\n')
-    (package / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["flit_core>=3.4"]\nbuild-backend = "flit_core.buildapi"\n'
-        '[project]\nname = "purepkg"\nversion = "0.1"\ndescription = "pure"\n'
-    )
-    recipe = tmp_path / "purepkg.toml"
-    recipe.write_text('name = "purepkg"\n[source]\npath = "purepkg"\n'
-                      '[matrix]\npython = ["3.11"]\nplatforms = ["linux-x86_64"]\n')
+    recipe = pure_package(tmp_path)
     done = kiln("build", recipe, "--out", tmp_path / "out", "--workdir", tmp_path / "work",
                 "--json")
     record = json.loads(done.stdout)

@@ -15,6 +15,7 @@ from wheelkiln.builder.bytecode_store import store_for
 from wheelkiln.cli.options import (
     CONTEXT,
     ago,
+    dry_run_option,
     emit_json,
     human_size,
     json_option,
@@ -78,7 +79,7 @@ def envs_list(as_json: bool) -> None:
 
 @envs_group.command("prune", context_settings=CONTEXT)
 @unused_for_option("the environments")
-@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@dry_run_option()
 @json_option("what became of each environment")
 def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     """Remove the kept environments unused for AGE that no kiln process holds, what

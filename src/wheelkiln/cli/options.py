@@ -173,6 +173,11 @@ def unused_for_option(what: str) -> Decorator[Any]:
     )  # fmt: skip
 
 
+def dry_run_option() -> Decorator[Any]:
+    """``--dry-run``: a prune says what it would remove and removes nothing."""
+    return click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+
+
 def human_size(value: int) -> str:
     """Bytes as GiB from 1 GiB up, else MiB."""
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"

@@ -13,6 +13,7 @@ from wheelkiln.builder.wheel_cache import WheelCache
 from wheelkiln.cli.options import (
     CONTEXT,
     ago,
+    dry_run_option,
     emit_json,
     human_size,
     json_option,
@@ -61,7 +62,7 @@ def wheels_list(as_json: bool) -> None:
 
 @wheels_group.command("prune", context_settings=CONTEXT)
 @unused_for_option("the wheels")
-@click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
+@dry_run_option()
 @json_option("what became of each entry")
 def wheels_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     """Remove the wheel cache's entries no build has stored or been served for AGE, and

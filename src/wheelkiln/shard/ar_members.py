@@ -21,6 +21,7 @@ import os
 
 TYPE_CHECKING = False  # as in wrapper.py: typing is not imported at run time
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import BinaryIO
 
 MAGIC = b"!<arch>\n"
@@ -80,10 +81,13 @@ def _walk(handle: BinaryIO) -> tuple[bool, list[tuple[str, int, int, bytes]]] | 
     return thin, members
 
 
-def archive_members(path: str) -> tuple[bool, list[tuple[str, bytes | None]]]:
-    """(thin, members): each object member's name and bytes, in order. A thin archive's
-    members are paths (relative to the archive's directory, or absolute) and carry no
-    bytes (None). ``(False, [])`` for a file that is no archive, or is cut short."""
+def archive_members(
+    path: str, read: Callable[[int], bool] = lambda size: True
+) -> tuple[bool, list[tuple[str, bytes | None]]]:
+    """(thin, members): each object member's name and bytes, in order; the bytes only of
+    members whose size *read* accepts (None for the others). A thin archive's members
+    are paths (relative to the archive's directory, or absolute) and carry no bytes.
+    ``(False, [])`` for a file that is no archive, or is cut short."""
     try:
         with open(path, "rb") as handle:
             walked = _walk(handle)
@@ -92,8 +96,11 @@ def archive_members(path: str) -> tuple[bool, list[tuple[str, bytes | None]]]:
             thin, members = walked
             found: list[tuple[str, bytes | None]] = []
             for name, offset, size, _head in members:
-                handle.seek(offset)
-                found.append((name, None if thin else handle.read(size)))
+                content = None
+                if not thin and read(size):
+                    handle.seek(offset)
+                    content = handle.read(size)
+                found.append((name, content))
     except OSError:
         return False, []
     return thin, found
@@ -116,25 +123,12 @@ def stubbed_members(path: str, stub: bytes) -> tuple[bool, list[str]]:
     """(thin, names): the members of the archive at *path* whose bytes are *stub*, read
     only where a member's size is the stub's. For a thin archive each is the member
     file's path (absolute), read from the file."""
-    found: list[str] = []
-    try:
-        with open(path, "rb") as handle:
-            walked = _walk(handle)
-            if walked is None:
-                return False, []
-            thin, members = walked
-            for name, offset, size, _head in members:
-                if thin:
-                    member = os.path.normpath(os.path.join(os.path.dirname(path), name))
-                    if _file_is(member, stub):
-                        found.append(member)
-                elif size == len(stub):
-                    handle.seek(offset)
-                    if handle.read(size) == stub:
-                        found.append(name)
-    except OSError:
-        return False, []
-    return thin, found
+    thin, members = archive_members(path, lambda size: size == len(stub))
+    if not thin:
+        return False, [name for name, content in members if content == stub]
+    directory = os.path.dirname(path)
+    paths = [os.path.normpath(os.path.join(directory, name)) for name, _ in members]
+    return True, [member for member in paths if _file_is(member, stub)]
 
 
 def _file_is(path: str, content: bytes) -> bool:
