@@ -85,9 +85,7 @@ def wheels_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
                 "entries": [r.as_json() for r in results],
             }
         )
-    for result in gone:
-        if as_json:
-            break
+    for result in [] if as_json else gone:  # JSON says it; the lines are for a person
         entry = result.entry
         what = (
             f"directory a killed kiln run left, {escape(entry.path.name)}"
