@@ -527,11 +527,14 @@ def _output_field(line: str) -> str | None:
     return line[start:end] if end > 0 else None
 
 
-def latest_records(log_path: str | None, paths: Sequence[str]) -> dict[str, dict[str, object]]:
-    """The latest record per output among *paths* (absolute), from the shard's log. One
-    pass over the log with a set lookup per line: a large library's link names thousands
-    of objects, and the log holds a line per TU."""
-    if not log_path or not paths:
+def latest_records(
+    log_path: str | None, paths: Sequence[str], *, named: Sequence[str] = ()
+) -> dict[str, dict[str, object]]:
+    """The latest record per output among *paths* (absolute), and per output whose file
+    name is one of *named* (an archive names its members by file name alone), from the
+    shard's log. One pass over the log with a set lookup per line: a large library's
+    link names thousands of objects, and the log holds a line per TU."""
+    if not log_path or not (paths or named):
         return {}
     try:
         with open(log_path, "rb") as handle:
@@ -539,10 +542,13 @@ def latest_records(log_path: str | None, paths: Sequence[str]) -> dict[str, dict
     except OSError:
         return {}
     wanted = {_json_value(path): path for path in paths}
+    tails = {_json_value(name)[1:-1] for name in named}
     lines: dict[str, list[str]] = {}
     for line in text.splitlines():
         value = _output_field(line)
-        if value is not None and value in wanted:
+        if value is None:
+            continue
+        if value in wanted or (tails and value[1:-1].rsplit("/", 1)[-1] in tails):
             lines.setdefault(value, []).append(line)
     if not lines:
         return {}
@@ -555,8 +561,9 @@ def latest_records(log_path: str | None, paths: Sequence[str]) -> dict[str, dict
                 record = json.loads(line)
             except ValueError:
                 continue  # a torn line: the one before it stands
-            if isinstance(record, dict) and record.get("output") == wanted[value]:
-                latest[wanted[value]] = record
+            output = record.get("output") if isinstance(record, dict) else None
+            if isinstance(output, str) and output == wanted.get(value, output):
+                latest[output] = record
                 break
     return latest
 
@@ -658,32 +665,6 @@ def stubbed_archives(
     return found
 
 
-def _logged_outputs_named(log_path: str | None, names: set[str]) -> list[str]:
-    """Every output in the shard's log whose file name is one of *names* (an archive
-    names its members by file name alone)."""
-    if not log_path or not names:
-        return []
-    try:
-        with open(log_path, "rb") as handle:
-            text = handle.read().decode("utf-8", "replace")
-    except OSError:
-        return []
-    import json  # here only: json imports re, and links are few
-
-    outputs: dict[str, None] = {}
-    for line in text.splitlines():
-        value = _output_field(line)
-        if value is None or value == "null":
-            continue
-        try:
-            output = json.loads(value)
-        except ValueError:
-            continue
-        if isinstance(output, str) and os.path.basename(output) in names:
-            outputs[output] = None
-    return list(outputs)
-
-
 def archive_objects(archive: str, members: Sequence[str], logged: Sequence[str]) -> list[str]:
     """The object file each of *members* (names in the archive) was packed from, among
     the *logged* outputs of the shard. An archive keeps only file names: where two
@@ -720,15 +701,13 @@ def complete_archive(archive: str, thin: bool, members: list[str], config: SeatC
     import subprocess
 
     if thin:
-        paths = members
+        records = latest_records(config.log_path, members)
     else:
-        logged = _logged_outputs_named(config.log_path, set(members))
-        paths = archive_objects(archive, members, logged)
-    records = latest_records(config.log_path, paths)
+        logged = latest_records(config.log_path, (), named=members)
+        records = {path: logged[path] for path in archive_objects(archive, members, list(logged))}
     rebuilt = [
-        path for path in paths
-        if records.get(path, {}).get("action") == "stub"
-        and rebuild_stub(records[path], config) == 0
+        path for path, record in records.items()
+        if record.get("action") == "stub" and rebuild_stub(record, config) == 0
     ]  # fmt: skip
     # The build's archiver where it names one (llvm-ar indexes clang's LTO bitcode, which
     # GNU ar cannot), else ar.
@@ -835,7 +814,9 @@ def run_link(
     executable = parsed.stage == "link" and not parsed.shared and not parsed.relocatable
     if config.seat_active and (executable or _deferrable(decision, config)):
         stubbed, deferred = incomplete_inputs(parsed, cwd, config)
-        archived = stubbed_archives(parsed, cwd, config)
+        # A shared library already deferred for its objects needs no archive read.
+        complete = executable or not (stubbed or deferred)
+        archived = stubbed_archives(parsed, cwd, config) if complete else []
         if not executable and (stubbed or deferred or archived):
             if link_placeholder(compiler, args, parsed, config):
                 seconds = time.perf_counter() - started
