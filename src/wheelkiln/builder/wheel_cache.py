@@ -283,6 +283,22 @@ def _tree_size(path: Path) -> int:
     return total
 
 
+def _read_entry(entry: Path) -> tuple[dict[str, Any], str, str] | None:
+    """An entry's record, its wheel's file name and sha256; None where there is none. A
+    damaged entry (no readable record, or one naming a file outside the entry) is
+    dropped; one a prune renamed away is simply not there."""
+    try:
+        record = json.loads((entry / "record.json").read_text(encoding="utf-8"))
+        name, expected = record["wheel"]["name"], record["wheel"]["sha256"]
+        if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
+            raise ValueError(f"not a wheel's file name: {name!r}")
+    except (OSError, ValueError, KeyError, TypeError):
+        if entry.exists():
+            shutil.rmtree(entry, ignore_errors=True)
+        return None
+    return record, name, str(expected)
+
+
 class WheelCache:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or wheel_cache_dir()
@@ -295,14 +311,11 @@ class WheelCache:
     def lookup(self, digest: str) -> CachedWheel | None:
         """The cached wheel for ``digest``, or ``None``. A damaged entry is dropped."""
         entry = self.entry(digest)
-        try:
-            record = json.loads((entry / "record.json").read_text(encoding="utf-8"))
-            wheel = entry / record["wheel"]["name"]
-            expected = record["wheel"]["sha256"]
-        except (OSError, ValueError, KeyError, TypeError):
-            if entry.exists():
-                shutil.rmtree(entry, ignore_errors=True)
+        read = _read_entry(entry)
+        if read is None:
             return None
+        record, name, expected = read
+        wheel = entry / name
         if not wheel.is_file() or sha256_file(wheel) != expected:
             shutil.rmtree(entry, ignore_errors=True)
             return None
@@ -317,13 +330,13 @@ class WheelCache:
         disturb the copy, and a damaged entry is dropped, not served. The copy appears
         in *out_dir* whole or not at all."""
         entry = self.entry(digest)
+        read = _read_entry(entry)
+        if read is None:
+            return None
+        record, name, expected = read
         try:
-            record = json.loads((entry / "record.json").read_text(encoding="utf-8"))
-            name, expected = record["wheel"]["name"], record["wheel"]["sha256"]
-            if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
-                raise ValueError(f"not a wheel's file name: {name!r}")
             source = (entry / name).open("rb")
-        except (OSError, ValueError, KeyError, TypeError):
+        except OSError:
             if entry.exists():  # damaged; one renamed away by a prune is not there
                 shutil.rmtree(entry, ignore_errors=True)
             return None
