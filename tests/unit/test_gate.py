@@ -581,3 +581,14 @@ def test_link_gate_counts_cython_misses_like_compiler_misses() -> None:
     gate = link_gate([], 26, 0, cython_misses=2, cython_missed=["pkg._a", "pkg._b"])
     assert not gate.passed
     assert gate.problems == ["2 Cython cache miss(es): the shards did not hand over pkg._a, pkg._b"]
+
+
+def test_a_build_that_failed_before_its_first_compile_is_said_to_have_failed() -> None:
+    # Not a launcher to check: the package's own setup.py broke, as it would unsharded.
+    log = "running bdist_wheel\n\nerror: kiln-tiny is broken on purpose\n"
+    gate = shard_gate(1, log, [], [], None)
+    assert not gate.passed
+    assert gate.reasons == (
+        "the build failed (exit 1) before it compiled anything through the seat wrapper; "
+        "its last lines: running bdist_wheel | error: kiln-tiny is broken on purpose",
+    )

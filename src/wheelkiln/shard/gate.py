@@ -236,7 +236,8 @@ def shard_gate(
     """Decide whether a shard's build is acceptable.
 
     * The wrapper must have run (no records: the build never reached the compiler
-      through the wrapper, so the shard filled no cache). *pure_wheel*: the file name of
+      through the wrapper, so the shard filled no cache; a build that failed before it,
+      with a non-zero exit, is said to have failed, with its last lines). *pure_wheel*: the file name of
       the build's wheel where it holds no extension module; a build that compiled
       nothing and made one is a package with nothing to shard, and is told so.
     * No compiler diagnostic may appear in the log (except those of build-system probes
@@ -268,6 +269,14 @@ def shard_gate(
             f"nothing to shard: the build called no compiler and its wheel, {pure_wheel}, "
             "holds no extension module. Build it unsharded: kiln build without --shards, "
             "and no [sharding] count above 1 in its recipe"
+        )
+    elif not wrapper_records and exit_code != 0:
+        # Not a launcher to check: the build broke before its first compile (its
+        # setup.py, its configure), as it would unsharded.
+        last = [line.strip() for line in build_log.splitlines() if line.strip()][-3:]
+        reasons.append(
+            f"the build failed (exit {exit_code}) before it compiled anything through the "
+            "seat wrapper; its last lines: " + (" | ".join(last) or "(none)")
         )
     elif not wrapper_records:
         reasons.append(
