@@ -274,3 +274,28 @@ def test_a_killed_shard_is_named_with_its_signal(kiln: Kiln, tmp_path: Path) -> 
     assert process == {"exit_code": -9, "signal": "SIGKILL", "status": "killed by SIGKILL"}
     assert [s["process"]["status"] for s in report["shards"]] == ["passed", "killed by SIGKILL", "passed"]
     assert "shard 2/3 is missing" in " ".join(report["gate"]["problems"])
+
+
+def test_no_link_job_runs_when_no_shard_passed(kiln: Kiln, tmp_path: Path) -> None:
+    # Every shard fails the same way (the package's own build breaks): a link job would
+    # only build the whole package again, unsharded, and fail its gate all the same.
+    tree = tiny_package(tmp_path)
+    (tree / "setup.py").write_text("raise SystemExit('kiln-tiny is broken on purpose')\n")
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    result = kiln("build", recipe, "--shards", "2", "--json", "--out", tmp_path / "dist",
+                  "--workdir", tmp_path / "work", check=False)
+    message = " ".join(result.stderr.split())
+    assert result.returncode == 5, result.stderr
+    assert "No shard of kiln-tiny-py3.11-linux-x86_64 passed, so its link job did not run" in message
+    for label in ("1/2", "2/2"):  # the build's own failure, not a launcher to check
+        assert (f"- shard {label}: failed its gate: the build failed (exit 1) before it compiled "
+                "anything through the seat wrapper; its last lines: kiln-tiny is broken on "
+                "purpose") in message
+    assert "builds it in one job" in message
+    assert "Linking" not in result.stderr and not (tmp_path / "dist").exists()
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["link"] is None
+    assert [s["process"]["status"] for s in report["shards"]] == ["exit 5", "exit 5"]
+    assert report["gate"]["passed"] is False
+    assert report["gate"]["problems"][-1] == (
+        "link job: No shard of kiln-tiny-py3.11-linux-x86_64 passed, so its link job did not run")

@@ -11,14 +11,14 @@ verdict, the report) is decided once for every engine, in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from wheelkiln import run
-from wheelkiln.cells import Cell
-from wheelkiln.errors import KilnError
+from wheelkiln.cells import Cell, shard_label
+from wheelkiln.errors import GateError, KilnError
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.settings import BuildOptions
 from wheelkiln.shard.gate import LinkGateResult
@@ -132,3 +132,28 @@ ExecutorSettings = Mapping[str, str]
 def process_status(returncode: int) -> str:
     """How a shard process ended, in words: ``passed``, ``killed by SIGKILL``, ``exit 5``."""
     return "passed" if returncode == 0 else run.exit_description(returncode)
+
+
+def shard_failure(shard: ShardRun) -> str | None:
+    """Why one shard job did not pass, in a line naming it; None when it passed."""
+    label = shard_label(shard.index, shard.count)
+    if shard.exit_code < 0:
+        return f"{label}: {shard.status} after {round(shard.wall_seconds, 3):.1f} s"
+    if shard.exit_code != 0:
+        return f"{label}: {shard.problem or shard.status}"
+    return None
+
+
+def nothing_to_link(cell_id: str, shards: Sequence[ShardRun], handed_over: int) -> GateError | None:
+    """The error that stands in for the link job when no shard handed over its work
+    (*handed_over* is how many did): that link job would compile every TU again, at the
+    cost of an unsharded build, and fail its gate all the same."""
+    if handed_over:
+        return None
+    failures = [failure for shard in shards if (failure := shard_failure(shard)) is not None]
+    return GateError(
+        f"No shard of {cell_id} passed, so its link job did not run:\n- "
+        + "\n- ".join(failures or ["no shard handed over its archive"]),
+        hint="Mend what the shards' errors above name and run again; `kiln build` without "
+        "--shards builds it in one job.",
+    )

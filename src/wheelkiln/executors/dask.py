@@ -110,6 +110,7 @@ from wheelkiln.executors.base import (
     ShardedJob,
     ShardedRun,
     ShardRun,
+    nothing_to_link,
 )
 from wheelkiln.output_paths import check_output_dir
 from wheelkiln.paths import kiln_home
@@ -1085,6 +1086,10 @@ def _run(
                 for shard in shards
                 if (given := _accepted_input(shard)) is not None
             }
+            if (nothing := nothing_to_link(plan.cell_id, shards, len(accepted))) is not None:
+                views["link"].state = "cancelled"
+                progress.changed(views["link"])
+                return shards, None, nothing, shards_wall
             submit("link", link_task, accepted)
             wait(["link"], progress)
     except KeyboardInterrupt:

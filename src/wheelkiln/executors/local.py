@@ -20,6 +20,7 @@ from wheelkiln.executors.base import (
     ShardedJob,
     ShardedRun,
     ShardRun,
+    nothing_to_link,
 )
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.settings import executor_job
@@ -156,20 +157,22 @@ class LocalExecutor:
                 _say_how_it_ended(shard)
         shards_wall = time.perf_counter() - started
         link: LinkRun | None = None
-        link_error: KilnError | None = None
-        try:
-            linked = run_link(
-                job.loaded,
-                job.cell,
-                shards_dir,
-                job.out_dir,
-                executor_job(options, workdir),
-                expected_count=job.count,
-                smoke=job.smoke,
-            )
-            link = LinkRun(linked.record, linked.gate, linked.outcome.wall_seconds)
-        except KilnError as exc:
-            link_error = exc
+        handed_over = sum(1 for shard in shards.values() if shard.exit_code == 0)
+        link_error: KilnError | None = nothing_to_link(job.cell.id, list(shards.values()), handed_over)
+        if link_error is None:
+            try:
+                linked = run_link(
+                    job.loaded,
+                    job.cell,
+                    shards_dir,
+                    job.out_dir,
+                    executor_job(options, workdir),
+                    expected_count=job.count,
+                    smoke=job.smoke,
+                )
+                link = LinkRun(linked.record, linked.gate, linked.outcome.wall_seconds)
+            except KilnError as exc:
+                link_error = exc
         return ShardedRun(
             job=replace(job, parallel=parallel),
             shards=tuple(shards[i] for i in sorted(shards)),

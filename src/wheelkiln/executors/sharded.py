@@ -15,7 +15,13 @@ from wheelkiln.builder.toolchain import Toolchain
 from wheelkiln.builder.wheel_checks import describe_verify
 from wheelkiln.cells import Cell, shard_label
 from wheelkiln.errors import GateError, KilnError
-from wheelkiln.executors.base import ExecutorSettings, ShardedJob, ShardedRun, ShardRun
+from wheelkiln.executors.base import (
+    ExecutorSettings,
+    ShardedJob,
+    ShardedRun,
+    ShardRun,
+    shard_failure,
+)
 from wheelkiln.executors.registry import DEFAULT_EXECUTOR, make_executor
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
@@ -63,10 +69,13 @@ def run_sharded(
     done = engine.run(job)
     records = [shard_report(shard) for shard in done.shards]
     if done.link is None:
-        # The link job failed outright (its build, or its wheel's checks): the shard
-        # table still says what the shards did, and the error says the rest.
+        # The link job failed outright (its build, or its wheel's checks) or did not run
+        # (no shard passed): the shard table and the report still say what the shards
+        # did, and the error says the rest.
         ui.console.print(_shard_table(cell, count, records))
         assert done.link_error is not None
+        if on_report is not None:
+            on_report(unlinked_report(done, records, done.link_error))
         raise done.link_error
     report = sharded_report(done, records)
     _print_report(report, cell)
@@ -106,20 +115,11 @@ def shard_report(shard: ShardRun) -> dict[str, Any]:
     return record
 
 
-def _failure(shard: ShardRun) -> str | None:
-    label = shard_label(shard.index, shard.count)
-    if shard.exit_code < 0:
-        return f"{label}: {shard.status} after {round(shard.wall_seconds, 3):.1f} s"
-    if shard.exit_code != 0:
-        return f"{label}: {shard.problem or shard.status}"
-    return None
-
-
 def sharded_report(done: ShardedRun, records: list[dict[str, Any]]) -> dict[str, Any]:
     """The report of a sharded build whose link job ran (``kiln build --shards --json``)."""
     job, link = done.job, done.link
     assert link is not None
-    failures = [failure for shard in done.shards if (failure := _failure(shard)) is not None]
+    failures = [failure for shard in done.shards if (failure := shard_failure(shard)) is not None]
     slowest = max((r["process"]["wall_seconds"] for r in records), default=0.0)
     fleet = {"workers": {k: dict(v) for k, v in done.workers.items()}} if done.workers else {}
     return {
@@ -144,6 +144,27 @@ def sharded_report(done: ShardedRun, records: list[dict[str, Any]]) -> dict[str,
         "gate": {
             "passed": link.gate.passed and not failures,
             "problems": [*failures, *link.gate.problems],
+        },
+    }
+
+
+def unlinked_report(
+    done: ShardedRun, records: list[dict[str, Any]], error: KilnError
+) -> dict[str, Any]:
+    """The report of a sharded build whose link job made no wheel: *error* ended it, or
+    stood in for it when no shard passed."""
+    failures = [failure for shard in done.shards if (failure := shard_failure(shard)) is not None]
+    return {
+        "cell": done.job.cell.id,
+        "count": done.job.count,
+        "parallel": done.parallel,
+        "shards": records,
+        "link": None,
+        "wall_seconds": round(done.wall_seconds, 3),
+        "shards_wall_seconds": round(done.shards_wall_seconds, 3),
+        "gate": {
+            "passed": False,
+            "problems": [*failures, "link job: " + error.message.splitlines()[0].rstrip(":")],
         },
     }
 
