@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln import cli
+from wheelkiln import cli, holds
 from wheelkiln.builder import env_store
 
 DAY = 86400.0
@@ -87,8 +87,8 @@ def test_prune_removes_what_is_unused_for_longer_and_keeps_the_lock_files(tmp_pa
 HOLDER = """
 import sys
 from pathlib import Path
-from wheelkiln.builder import env_store
-env_store.hold(Path(sys.argv[1]), sys.argv[2])
+from wheelkiln import holds
+holds.hold(Path(sys.argv[1]), sys.argv[2])
 print("held", flush=True)
 sys.stdin.read()
 """
@@ -134,7 +134,7 @@ def test_a_use_after_listing_keeps_the_environment(tmp_path: Path) -> None:
 def test_this_process_holding_it_counts_as_in_use(tmp_path: Path) -> None:
     root = tmp_path / "envs"
     path = make_env(root, "a" * 16, age_days=40)
-    env_store.hold(root, "a" * 16)
+    holds.hold(root, "a" * 16)
     assert time.time() - (root / f"{'a' * 16}.inuse").stat().st_mtime < 60
     listed = env_store.stored(root, "build")
     assert listed[0].in_use
@@ -145,11 +145,11 @@ def test_this_process_holding_it_counts_as_in_use(tmp_path: Path) -> None:
 def test_a_hold_outlives_its_directory_being_emptied(tmp_path: Path) -> None:
     root = tmp_path / "envs"
     make_env(root, "a" * 16, age_days=40)
-    env_store.hold(root, "a" * 16)
+    holds.hold(root, "a" * 16)
     shutil.rmtree(root)
     # The environment is made again where it was: this process holds the new one.
     path = make_env(root, "a" * 16, age_days=40, marked=False)
-    env_store.hold(root, "a" * 16)
+    holds.hold(root, "a" * 16)
     listed = env_store.stored(root, "build")
     assert listed[0].in_use
     assert [p.outcome for p in env_store.prune(listed, 0)] == ["in use"]
@@ -240,7 +240,7 @@ def test_a_dry_run_names_the_bytecode_only_environments_it_would_remove_link(
 
 def test_holding_where_nothing_can_be_written_goes_on_without_a_mark() -> None:
     # Under /proc nothing can be made, not even by root: environments shared read-only.
-    env_store.hold(Path("/proc/kiln-no-such-dir/envs"), "a" * 16)
+    holds.hold(Path("/proc/kiln-no-such-dir/envs"), "a" * 16)
 
 
 def _kiln(argv: list[str], home: Path, capsys: pytest.CaptureFixture[str],

@@ -7,9 +7,9 @@ requirement makes a new one beside the old, which stays: a CUDA torch build envi
 is about 5.4 GB. ``kiln envs prune`` removes the ones unused for a given time.
 
 **In use.** A kiln process that uses an environment holds a shared ``flock`` on
-``<key>.inuse`` beside it until the process ends (:func:`hold`), taken before it looks
-at the environment, and sets that file's modification time on every use: the
-environment's last use. :func:`prune` removes an environment only while it holds that
+``<key>.inuse`` beside it until the process ends (:func:`wheelkiln.holds.hold`), taken
+before it looks at the environment, and sets that file's modification time on every use:
+the environment's last use. :func:`prune` removes an environment only while it holds that
 lock and the environment's make lock (``<key>.lock``) exclusively, and only if the last
 use is still old once it holds them. So an environment a running kiln process has used
 is never removed under it, and a build that starts meanwhile waits, then makes the
@@ -29,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -38,44 +37,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
+from wheelkiln.holds import busy, last_used, mark_unmarked
+
 KEY = re.compile(r"[0-9a-f]{16}")
 """An environment's directory name: a digest (``lock_key``, ``environment_key``)."""
 RECORDS = {"build": "kiln-env.json", "smoke": "kiln-smoke-env.json"}
 """The record each kind of environment writes last, when it is complete."""
 Kind = Literal["build", "smoke"]
-
-_held: dict[Path, IO[str]] = {}
-_held_guard = threading.Lock()
-
-
-def hold(root: Path, key: str) -> None:
-    """Mark environment *key* under *root* used now, and in use until this process ends
-    (see the module's doc). Blocks while a prune removes it."""
-    path = root / f"{key}.inuse"
-    with _held_guard:
-        handle = _held.get(path)
-        if handle is not None and not _same_file(handle, path):
-            handle.close()  # the directory was emptied (the bench's frozen scenario)
-            handle = None
-        try:
-            if handle is None:
-                root.mkdir(parents=True, exist_ok=True)
-                handle = path.open("a")
-                fcntl.flock(handle, fcntl.LOCK_SH)
-                _held[path] = handle
-            os.utime(handle.fileno())
-        except OSError:
-            # A directory this process cannot write (environments shared read-only):
-            # nothing here can remove them either.
-            return
-
-
-def _same_file(handle: IO[str], path: Path) -> bool:
-    try:
-        return os.path.samestat(os.fstat(handle.fileno()), path.stat())
-    except OSError:
-        return False
-
 
 @dataclass(frozen=True)
 class Stored:
@@ -133,30 +101,6 @@ def _size(path: Path) -> tuple[int, int]:
     return total, own
 
 
-def _last_used(root: Path, key: str, record: Path) -> float:
-    for marked in (root / f"{key}.inuse", record):
-        try:
-            return marked.stat().st_mtime
-        except OSError:
-            continue
-    return 0.0
-
-
-def _busy(root: Path, key: str) -> bool:
-    """True when a process holds environment *key* (this one included). Creates nothing:
-    a holder makes the file."""
-    try:
-        probe = (root / f"{key}.inuse").open()
-    except FileNotFoundError:
-        return False
-    with probe:
-        try:
-            fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        return False
-
-
 def stored(root: Path, kind: Kind) -> list[Stored]:
     """The complete environments of *kind* under *root*, by key."""
     found: list[Stored] = []
@@ -178,8 +122,8 @@ def stored(root: Path, kind: Kind) -> list[Stored]:
                 path=path,
                 size=size,
                 own=own,
-                last_used=_last_used(root, path.name, record),
-                in_use=_busy(root, path.name),
+                last_used=last_used(root, path.name, record),
+                in_use=busy(root, path.name),
                 requires=requires,
             )
         )
@@ -200,22 +144,6 @@ class Pruned:
         return {**self.environment.as_json(), "outcome": self.outcome}
 
 
-def _mark_unmarked(inuse: Path, last_used: float) -> None:
-    """Give an environment made before uses were marked its mark, dated *last_used*:
-    made aside and linked in whole, so a holder that marks it meanwhile keeps its mark."""
-    if inuse.exists():
-        return
-    staged = inuse.with_name(f".{inuse.name}.{os.getpid()}")
-    staged.touch()
-    os.utime(staged, (last_used, last_used))
-    try:
-        os.link(staged, inuse)
-    except FileExistsError:
-        pass  # a holder made it first
-    finally:
-        staged.unlink()
-
-
 def prune(
     environments: list[Stored], unused_for: float, *, dry_run: bool = False
 ) -> Iterator[Pruned]:
@@ -229,7 +157,7 @@ def prune(
             continue
         with ExitStack() as locks:
             inuse = root / f"{key}.inuse"
-            _mark_unmarked(inuse, environment.last_used)
+            mark_unmarked(inuse, environment.last_used)
             use = locks.enter_context(inuse.open("a"))
             make = locks.enter_context((root / f"{key}.lock").open("a"))
             try:
@@ -244,7 +172,7 @@ def prune(
                 continue
             # A process may have used it, and ended, since it was listed.
             record = environment.path / RECORDS[environment.kind]
-            if now - _last_used(root, key, record) <= unused_for:
+            if now - last_used(root, key, record) <= unused_for:
                 yield Pruned(environment, "recent")
                 continue
             if dry_run:

@@ -88,8 +88,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from wheelkiln import run
-from wheelkiln.builder import bytecode_store, env_store
+from wheelkiln import holds, run
+from wheelkiln.builder import bytecode_store
 from wheelkiln.builder.pip_config import (
     fingerprint as index_fingerprint,
 )
@@ -665,7 +665,7 @@ def _make_environment(
     """The environment of *lock*, made once under its key's lock."""
     key = lock_key(identity, lock)
     final = envs_root / key
-    env_store.hold(envs_root, key)
+    holds.hold(envs_root, key)
     with (envs_root / f"{key}.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if _is_complete(final):
@@ -689,7 +689,7 @@ def _adopt(
     """Move a staged relocatable environment to its key, unless that one is made."""
     key = lock_key(identity, lock)
     final = envs_root / key
-    env_store.hold(envs_root, key)
+    holds.hold(envs_root, key)
     with (envs_root / f"{key}.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if _is_complete(final):
@@ -993,7 +993,7 @@ def existing_environment(
     resolution = _read_resolution(envs_root / "resolved" / f"{request}.json")
     if resolution is None:
         return None
-    env_store.hold(envs_root, resolution.key)
+    holds.hold(envs_root, resolution.key)
     if not _is_complete(envs_root / resolution.key):
         return None
     return BuildEnvironment(envs_root / resolution.key, requested)

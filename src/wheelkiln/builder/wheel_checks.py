@@ -30,8 +30,7 @@ from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any
 
-from wheelkiln import run, ui
-from wheelkiln.builder import env_store
+from wheelkiln import holds, run, ui
 from wheelkiln.builder.cell import BuildOutcome
 from wheelkiln.builder.environment import environment_key, interpreter_for
 from wheelkiln.cells import NO_TORCH, Cell
@@ -210,7 +209,7 @@ def ensure_smoke_environment(interpreter: str, requirements: list[str]) -> Path:
     env = dict(os.environ)
     for name in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
         env.pop(name, None)
-    env_store.hold(root, key)
+    holds.hold(root, key)
     with (root / f"{key}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if record.exists():
