@@ -17,12 +17,15 @@ import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from wheelkiln import run
+from wheelkiln import holds, run
 from wheelkiln.digest import sha256_file
 from wheelkiln.errors import RecipeError, SourceError
 from wheelkiln.globs import glob_matches, glob_segments
 from wheelkiln.recipe.load import LoadedRecipe, path_kind, resolve_inside
 from wheelkiln.recipe.model import BUILD_OUTPUTS, PYPI_SPEC
+
+MARKER = ".kiln-source"
+"""Written into a fetched tree once it is whole."""
 
 IGNORED_ANYWHERE = ("*.egg-info", ".git", "__pycache__")
 """Never source, at any depth: none of them can be an importable package's name."""
@@ -148,24 +151,33 @@ def _fetch_pypi(spec: str, sha256: str, store: Path) -> Path:
 
     Parallel shard jobs all fetch the source on their first build, so the download and
     the extraction are locked per sdist; a tree counts as fetched only once its
-    ``.kiln-source`` marker is written.
+    marker (:data:`MARKER`) is written. The process holds the tree until it ends
+    (:func:`wheelkiln.holds.hold`): `kiln sources prune` removes no tree a build reads.
     """
     match = PYPI_SPEC.match(spec)
     assert match is not None
     name, version = match["name"], match["version"]
     tree = store / f"{name}-{version}-{sha256[:12]}"
-    if (tree / ".kiln-source").exists():
+    holds.hold(store, tree.name)  # before it is looked at: `kiln sources prune` waits
+    if (tree / MARKER).exists():
         return tree
     downloads = store / "sdists"
     downloads.mkdir(parents=True, exist_ok=True)
     with (store / f"{tree.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (tree / ".kiln-source").exists():
+        if (tree / MARKER).exists():
             return tree  # another job fetched it while this one waited
         existing = [p for p in downloads.iterdir() if p.is_file() and sha256_file(p) == sha256]
-        sdist = existing[0] if existing else _download_sdist(spec, sha256, downloads)
-        _extract(sdist, tree)
-        (tree / ".kiln-source").write_text(spec + "\n")
+        sdist = existing[0] if existing else None
+        try:
+            if sdist is not None:
+                _extract(sdist, tree)
+                os.utime(sdist)  # its last use, for `kiln sources prune`
+        except FileNotFoundError:
+            sdist = None  # a prune took it meanwhile
+        if sdist is None:
+            _extract(_download_sdist(spec, sha256, downloads), tree)
+        (tree / MARKER).write_text(spec + "\n")
     return tree
 
 
@@ -173,17 +185,18 @@ def _fetch_git(url: str, rev: str, store: Path) -> Path:
     """The checkout of *url* at *rev*, cloned once; locked like ``_fetch_pypi``, since the
     parallel shard jobs of one build would otherwise clone into (and delete) one tree."""
     tree = store / f"git-{hashlib.sha256(f'{url}@{rev}'.encode()).hexdigest()[:16]}"
-    if (tree / ".kiln-source").exists():
+    holds.hold(store, tree.name)
+    if (tree / MARKER).exists():
         return tree
     store.mkdir(parents=True, exist_ok=True)
     with (store / f"{tree.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (tree / ".kiln-source").exists():
+        if (tree / MARKER).exists():
             return tree  # another job cloned it while this one waited
         shutil.rmtree(tree, ignore_errors=True)
         run.run(["git", "clone", "--quiet", url, str(tree)], what=f"Cloning {url}")
         run.run(["git", "-C", str(tree), "checkout", "--quiet", rev], what=f"Checking out {rev}")
-        (tree / ".kiln-source").write_text(f"{url}@{rev}\n")
+        (tree / MARKER).write_text(f"{url}@{rev}\n")
     return tree
 
 

@@ -46,6 +46,7 @@ from wheelkiln.builder.cmake_id import (
     READ_VARIABLES,
 )
 from wheelkiln.digest import sha256_file
+from wheelkiln.disk_usage import tree_size
 from wheelkiln.paths import wheel_cache_dir
 
 if TYPE_CHECKING:
@@ -272,17 +273,6 @@ class PrunedWheel:
         return {**self.entry.as_json(), "outcome": self.outcome, "leftover": self.leftover}
 
 
-def _tree_size(path: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(path):
-        for name in files:
-            try:
-                total += (Path(root) / name).lstat().st_size
-            except OSError:
-                continue
-    return total
-
-
 def _read_entry(entry: Path) -> tuple[dict[str, Any], str, str] | None:
     """An entry's record, its wheel's file name and sha256; None where there is none. A
     damaged entry (no readable record, or one naming a file outside the entry) is
@@ -377,7 +367,7 @@ class WheelCache:
                     used, wheel, cell = entry.stat().st_mtime, "", ""
                 except OSError:
                     continue  # removed while listed
-            entries.append(KeptWheel(entry.name, entry, wheel, cell, _tree_size(entry), used))
+            entries.append(KeptWheel(entry.name, entry, wheel, cell, tree_size(entry), used))
         return sorted(entries, key=lambda kept: kept.last_used)
 
     def _shards(self) -> list[Path]:
@@ -450,7 +440,7 @@ class WheelCache:
                     continue
                 if now - changed <= unused_for:
                     continue  # a store or prune may still be at work on it
-                what = KeptWheel(path.name, path, "", "", _tree_size(path), changed)
+                what = KeptWheel(path.name, path, "", "", tree_size(path), changed)
                 if not dry_run:
                     shutil.rmtree(path, ignore_errors=True)
                 left.append(PrunedWheel(what, "would remove" if dry_run else "removed", True))

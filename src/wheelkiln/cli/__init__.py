@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fleet": ("wheelkiln.cli.fleet", "fleet_group"),
     "envs": ("wheelkiln.cli.envs", "envs_group"),
     "wheels": ("wheelkiln.cli.wheels", "wheels_group"),
+    "sources": ("wheelkiln.cli.sources", "sources_group"),
 }
 """Each command's name: its module and object in it."""
 

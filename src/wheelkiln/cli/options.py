@@ -193,6 +193,14 @@ def ago(seconds_since_epoch: float, now: float) -> str:
     return f"{seconds / 60:.0f} min ago"
 
 
+def span(seconds: float) -> str:
+    """A length of time in its largest whole unit: ``30 d``, ``12 h``, ``90 min``, ``45 s``."""
+    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
+        if seconds >= size:
+            return f"{seconds / size:g} {unit}"
+    return f"{seconds:g} s"
+
+
 def json_option(what: str) -> Decorator[Any]:
     """``--json``: *what* is printed as JSON on stdout (e.g. "the build record")."""
     return click.option("--json", "as_json", is_flag=True, help=f"Print {what} as JSON on stdout.")

@@ -17,6 +17,7 @@ from wheelkiln.cli.options import (
     emit_json,
     human_size,
     json_option,
+    span,
     unused_for_option,
 )
 
@@ -102,12 +103,6 @@ def wheels_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     removed = sum(r.outcome in ("removed", "would remove") for r in entries)
     ui.info(
         f"{verb} {removed} of {len(entries)} wheels ({frees} {human_size(freed)} in all, "
-        f"leftovers included); kept {recent} used in the last {_span(unused_for)}."
+        f"leftovers included); kept {recent} used in the last {span(unused_for)}."
     )
 
-
-def _span(seconds: float) -> str:
-    for unit, size in (("d", 86400.0), ("h", 3600.0), ("min", 60.0)):
-        if seconds >= size:
-            return f"{seconds / size:g} {unit}"
-    return f"{seconds:g} s"
