@@ -14,9 +14,11 @@ from wheelkiln.builder import env_store
 from wheelkiln.builder.bytecode_store import store_for
 from wheelkiln.cli.options import (
     CONTEXT,
+    REMOVING,
     ago,
     dry_run_option,
     emit_json,
+    emit_prune_json,
     human_size,
     json_option,
     unused_for_option,
@@ -115,20 +117,16 @@ def envs_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
             store_for(envs_dir()), unused_for, dry_run=dry_run, leaving=leaving
         )
     )
-    gone = [r for r in results if r.outcome in ("removed", "would remove")]
+    gone = [r for r in results if r.outcome in REMOVING]
     # An environment's files linked from uv's cache stay there; those linked from kept
     # bytecode are freed with the store's directory, counted once, as a leftover.
     freed = sum(r.environment.own for r in gone) + sum(leftover.size for leftover in left)
     if as_json:
-        emit_json(
-            {
-                "dry_run": dry_run,
-                "unused_for_seconds": unused_for,
-                "freed_bytes": 0 if dry_run else freed,
-                "environments": [result.as_json() for result in results],
-                "leftovers": [leftover.as_json() for leftover in left],
-            }
-        )
+        emit_prune_json(
+            dry_run, unused_for, freed,
+            environments=[result.as_json() for result in results],
+            leftovers=[leftover.as_json() for leftover in left],
+        )  # fmt: skip
     kept = {
         outcome: sum(r.outcome == outcome for r in results)
         for outcome in ("recent", "in use", "being made")

@@ -178,6 +178,23 @@ def dry_run_option() -> Decorator[Any]:
     return click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 
 
+REMOVING = ("removed", "would remove")
+"""A prune's outcomes for an entry it removes, or would remove in a dry run."""
+
+
+def emit_prune_json(dry_run: bool, unused_for: float, freed: int, **lists: list[Any]) -> None:
+    """A prune's ``--json``: the age asked for, the bytes freed (none in a dry run) and,
+    under each keyword's name, what became of each entry."""
+    emit_json(
+        {
+            "dry_run": dry_run,
+            "unused_for_seconds": unused_for,
+            "freed_bytes": 0 if dry_run else freed,
+            **lists,
+        }
+    )
+
+
 def human_size(value: int) -> str:
     """Bytes as GiB from 1 GiB up, else MiB."""
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / 2**20:.1f} MiB"

@@ -12,9 +12,11 @@ from wheelkiln import ui
 from wheelkiln.builder.source_store import PrunedSource, SourceStore
 from wheelkiln.cli.options import (
     CONTEXT,
+    REMOVING,
     ago,
     dry_run_option,
     emit_json,
+    emit_prune_json,
     human_size,
     json_option,
     span,
@@ -75,17 +77,10 @@ def sources_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     store = SourceStore()
     now = time.time()
     results = store.prune(unused_for, dry_run=dry_run)
-    gone = [r for r in results if r.outcome in ("removed", "would remove")]
+    gone = [r for r in results if r.outcome in REMOVING]
     freed = sum(r.entry.size for r in gone)
     if as_json:
-        emit_json(
-            {
-                "dry_run": dry_run,
-                "unused_for_seconds": unused_for,
-                "freed_bytes": 0 if dry_run else freed,
-                "entries": [r.as_json() for r in results],
-            }
-        )
+        emit_prune_json(dry_run, unused_for, freed, entries=[r.as_json() for r in results])
     for result in [] if as_json else [*gone, *_held(results)]:
         entry = result.entry
         ui.info(

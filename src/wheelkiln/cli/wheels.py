@@ -12,9 +12,11 @@ from wheelkiln import ui
 from wheelkiln.builder.wheel_cache import WheelCache
 from wheelkiln.cli.options import (
     CONTEXT,
+    REMOVING,
     ago,
     dry_run_option,
     emit_json,
+    emit_prune_json,
     human_size,
     json_option,
     span,
@@ -75,17 +77,10 @@ def wheels_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     cache = WheelCache()
     now = time.time()
     results = cache.prune(unused_for, dry_run=dry_run)
-    gone = [r for r in results if r.outcome in ("removed", "would remove")]
+    gone = [r for r in results if r.outcome in REMOVING]
     freed = sum(r.entry.size for r in gone)
     if as_json:
-        emit_json(
-            {
-                "dry_run": dry_run,
-                "unused_for_seconds": unused_for,
-                "freed_bytes": 0 if dry_run else freed,
-                "entries": [r.as_json() for r in results],
-            }
-        )
+        emit_prune_json(dry_run, unused_for, freed, entries=[r.as_json() for r in results])
     for result in [] if as_json else gone:  # JSON says it; the lines are for a person
         entry = result.entry
         what = (
@@ -100,7 +95,7 @@ def wheels_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     entries = [r for r in results if not r.leftover]
     recent = sum(r.outcome == "recent" for r in entries)
     verb, frees = ("would remove", "would free") if dry_run else ("removed", "freed")
-    removed = sum(r.outcome in ("removed", "would remove") for r in entries)
+    removed = sum(r.outcome in REMOVING for r in entries)
     ui.info(
         f"{verb} {removed} of {len(entries)} wheels ({frees} {human_size(freed)} in all, "
         f"leftovers included); kept {recent} used in the last {span(unused_for)}."
