@@ -16,9 +16,10 @@ import fcntl
 import os
 import threading
 from pathlib import Path
-from typing import IO
 
-_held: dict[Path, IO[str]] = {}
+_held: dict[Path, int] = {}
+"""The open descriptor of each mark this process holds: a plain descriptor, which the
+interpreter's exit closes without a warning, where a file object left open warns."""
 _held_guard = threading.Lock()
 
 
@@ -27,26 +28,31 @@ def hold(root: Path, key: str) -> None:
     while a prune removes it."""
     path = root / f"{key}.inuse"
     with _held_guard:
-        handle = _held.get(path)
-        if handle is not None and not _same_file(handle, path):
-            handle.close()  # the directory was emptied (the bench's frozen scenario)
-            handle = None
+        fd = _held.get(path)
+        if fd is not None and not _same_file(fd, path):
+            os.close(fd)  # the directory was emptied (the bench's frozen scenario)
+            del _held[path]
+            fd = None
         try:
-            if handle is None:
+            if fd is None:
                 root.mkdir(parents=True, exist_ok=True)
-                handle = path.open("a")
-                fcntl.flock(handle, fcntl.LOCK_SH)
-                _held[path] = handle
-            os.utime(handle.fileno())
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_SH)
+                except OSError:
+                    os.close(fd)
+                    raise
+                _held[path] = fd
+            os.utime(fd)
         except OSError:
             # A directory this process cannot write (kept things shared read-only):
             # nothing here can remove them either.
             return
 
 
-def _same_file(handle: IO[str], path: Path) -> bool:
+def _same_file(fd: int, path: Path) -> bool:
     try:
-        return os.path.samestat(os.fstat(handle.fileno()), path.stat())
+        return os.path.samestat(os.fstat(fd), path.stat())
     except OSError:
         return False
 
