@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from wheelkiln.builder import wheel_cache
 from wheelkiln.builder.cmake_id import COMPILER_VARIABLES
 from wheelkiln.builder.compiler_answers import DRIVER_VARIABLES
 from wheelkiln.builder.wheel_cache import WheelCache, build_affecting_env, input_digest
@@ -132,6 +133,48 @@ def test_a_damaged_entry_is_dropped_not_served(tmp_path: Path) -> None:
     (stored.wheel.parent / "record.json").write_text("{not json")
     assert cache.lookup(key) is None
     assert not stored.wheel.parent.exists()
+
+
+def test_a_damaged_entry_stored_again_while_it_is_dropped_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Build A finds the entry damaged; before A drops it, build B drops it too and
+    stores the same digest whole. A's drop must not take B's entry."""
+    cache = WheelCache(tmp_path / "wheels")
+    key = digest()
+    good = make_wheel(tmp_path / "b" / "demo-0.1-py3-none-any.whl")
+    damaged = cache.store(key, make_wheel(tmp_path / "a" / "demo-0.1-py3-none-any.whl"), {})
+    damaged.wheel.write_bytes(damaged.wheel.read_bytes()[:-5])
+    real = wheel_cache.sha256_file
+    calls = 0
+
+    def checked_while_b_stores(path: Path) -> str:
+        nonlocal calls
+        calls += 1
+        if calls == 1:  # A is checking the damaged wheel: B runs now
+            assert cache.store(key, good, {"by": "B"}).record["by"] == "B"
+            return "0" * 64  # what A read: the damaged wheel's bytes
+        return real(path)
+
+    monkeypatch.setattr(wheel_cache, "sha256_file", checked_while_b_stores)
+    assert cache.lookup(key) is None  # A: a miss, and it drops what it found
+    monkeypatch.setattr(wheel_cache, "sha256_file", real)
+    kept = cache.lookup(key)
+    assert kept is not None and kept.record["by"] == "B"
+    assert kept.wheel.read_bytes() == good.read_bytes()
+    assert [p.name for p in cache.entry(key).parent.iterdir()] == [key]
+
+
+def test_dropping_leaves_nothing_aside(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    key = digest()
+    entry = cache.entry(key)
+    entry.parent.mkdir(parents=True)
+    entry.write_text("a file where an entry belongs")
+    assert cache.lookup(key) is None
+    stored = cache.store(key, make_wheel(tmp_path / "demo-0.1-py3-none-any.whl"), {})
+    assert stored.wheel.is_file() and cache.lookup(key) is not None
+    assert [p.name for p in entry.parent.iterdir()] == [key]
 
 
 def test_a_record_naming_a_missing_wheel_is_a_miss(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -273,20 +274,56 @@ class PrunedWheel:
         return {**self.entry.as_json(), "outcome": self.outcome, "leftover": self.leftover}
 
 
-def _read_entry(entry: Path) -> tuple[dict[str, Any], str, str] | None:
-    """An entry's record, its wheel's file name and sha256; None where there is none. A
-    damaged entry (no readable record, or one naming a file outside the entry) is
-    dropped; one a prune renamed away is simply not there."""
+def _parse_entry(entry: Path) -> tuple[dict[str, Any], str, str] | None:
+    """An entry's record, its wheel's file name and sha256; None where there is no
+    readable record, or one naming a file outside the entry."""
     try:
         record = json.loads((entry / "record.json").read_text(encoding="utf-8"))
         name, expected = record["wheel"]["name"], record["wheel"]["sha256"]
         if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
             raise ValueError(f"not a wheel's file name: {name!r}")
     except (OSError, ValueError, KeyError, TypeError):
-        if entry.exists():
-            shutil.rmtree(entry, ignore_errors=True)
         return None
     return record, name, str(expected)
+
+
+def _read_entry(entry: Path) -> tuple[dict[str, Any], str, str] | None:
+    """:func:`_parse_entry`, dropping a damaged entry; one a prune renamed away is simply
+    not there."""
+    read = _parse_entry(entry)
+    if read is None:
+        _drop(entry)
+    return read
+
+
+def _whole(entry: Path) -> bool:
+    """The entry's record is readable and its wheel matches the record's sha256."""
+    read = None if entry.is_symlink() else _parse_entry(entry)
+    if read is None:
+        return False
+    wheel = entry / read[1]
+    return wheel.is_file() and not wheel.is_symlink() and sha256_file(wheel) == read[2]
+
+
+def _drop(entry: Path) -> None:
+    """Remove a damaged entry: renamed aside (as ``.pruned-*``, which a prune clears if
+    this process dies), looked at again there, then deleted. Between a build finding the
+    entry damaged and dropping it, another may have dropped it too and stored a whole
+    entry of the same digest in its place: that one goes back, where deleting in place
+    would have removed it, or half of it while the other renamed it in."""
+    aside = entry.with_name(f".pruned-{entry.name}-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        entry.rename(aside)
+    except OSError:
+        return  # dropped, or taken by a prune, meanwhile
+    if _whole(aside):
+        with contextlib.suppress(OSError):  # another stored it meanwhile: this copy goes
+            aside.rename(entry)
+            return
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside, ignore_errors=True)
+    else:
+        aside.unlink(missing_ok=True)  # a file or link where an entry belongs
 
 
 class WheelCache:
@@ -307,7 +344,7 @@ class WheelCache:
         record, name, expected = read
         wheel = entry / name
         if not wheel.is_file() or sha256_file(wheel) != expected:
-            shutil.rmtree(entry, ignore_errors=True)
+            _drop(entry)
             return None
         return CachedWheel(digest, wheel, record)
 
@@ -327,8 +364,7 @@ class WheelCache:
         try:
             source = (entry / name).open("rb")
         except OSError:
-            if entry.exists():  # damaged; one renamed away by a prune is not there
-                shutil.rmtree(entry, ignore_errors=True)
+            _drop(entry)  # damaged; one renamed away by a prune is not there
             return None
         out_dir.mkdir(parents=True, exist_ok=True)
         staged = out_dir / f".{name}.{os.getpid()}.part"
@@ -341,7 +377,7 @@ class WheelCache:
                 kept = os.fstat(source.fileno())
             if digest_of.hexdigest() != expected:
                 staged.unlink()
-                shutil.rmtree(entry, ignore_errors=True)
+                _drop(entry)
                 return None
             os.utime(staged, ns=(kept.st_atime_ns, kept.st_mtime_ns))
             staged.replace(out_dir / name)
@@ -469,11 +505,16 @@ class WheelCache:
                 staging.rename(entry)
             except OSError:
                 # Same inputs were stored meanwhile (or a stale entry is in the way).
-                existing = self.lookup(digest)
+                existing = self.lookup(digest)  # drops a damaged one
                 if existing is not None:
                     return existing
-                shutil.rmtree(entry, ignore_errors=True)
-                staging.rename(entry)
+                try:
+                    staging.rename(entry)
+                except OSError:
+                    existing = self.lookup(digest)  # stored whole meanwhile
+                    if existing is None:
+                        raise
+                    return existing
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return CachedWheel(digest, entry / wheel_path.name, stored)
