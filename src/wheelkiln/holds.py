@@ -12,10 +12,19 @@ it would let two processes lock two different files of one name.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import shutil
+import stat
 import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Literal
+
+Removal = Literal["removed", "would remove", "recent", "in use", "gone"]
+"""What a prune did with one kept thing older than its age."""
 
 _held: dict[Path, int] = {}
 """The open descriptor of each mark this process holds: a plain descriptor, which the
@@ -97,3 +106,69 @@ def mark_unmarked(inuse: Path, last_used: float) -> None:
         pass  # a holder made it first
     finally:
         staged.unlink()
+
+
+def remove_unused(
+    path: Path,
+    locks: Sequence[Path],
+    used: Callable[[Path], float],
+    *,
+    now: float,
+    unused_for: float,
+    dry_run: bool,
+) -> Removal:
+    """Remove the kept thing at *path* (a directory or a file), which was last used more
+    than *unused_for* seconds before *now*, unless a process holds one of *locks* (its
+    mark, its maker's lock; those that do not exist are passed over). It is renamed
+    aside (``.pruned-*``) before it is deleted, so no process finds half of it, and its
+    last use is read again there (*used* of the aside path): a process that used it
+    since it was listed, before the locks were taken, gets it back."""
+    with _exclusive(locks) as free:
+        if not free:
+            return "in use"
+        if dry_run:
+            return "would remove"
+        aside = path.with_name(f".pruned-{path.name.lstrip('.')}-{os.getpid()}")
+        try:
+            path.rename(aside)
+        except OSError:
+            return "gone"
+        if now - used(aside) <= unused_for:
+            with contextlib.suppress(OSError):  # made again meanwhile: this copy goes
+                aside.rename(path)
+                return "recent"
+        remove_path(aside)
+        return "removed"
+
+
+def remove_path(path: Path) -> None:
+    """Delete a directory tree or a file; a symlink is removed itself, never followed."""
+    try:
+        is_tree = stat.S_ISDIR(path.lstat().st_mode)
+    except OSError:
+        return
+    if is_tree:
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+@contextmanager
+def _exclusive(locks: Sequence[Path]) -> Iterator[bool]:
+    """Each of *locks* that is a file, taken exclusively without waiting: True when all
+    were had."""
+    with contextlib.ExitStack() as stack:
+        for path in locks:
+            try:
+                if not stat.S_ISREG(path.lstat().st_mode):
+                    continue
+            except OSError:
+                continue
+            lock = stack.enter_context(path.open("a"))
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+        yield True

@@ -16,25 +16,20 @@ on one, and a new file of the same name would let a second process in beside it.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import os
-import shutil
 import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from wheelkiln.builder.source import MARKER
 from wheelkiln.disk_usage import tree_size
-from wheelkiln.holds import last_used, mark_unmarked
+from wheelkiln.holds import Removal, last_used, mark_unmarked, remove_unused
 from wheelkiln.paths import sources_dir
 
 Kind = Literal["sdist tree", "git checkout", "sdist", "leftover"]
-Outcome = Literal["removed", "would remove", "recent", "in use", "gone"]
+Outcome = Removal
 
 DOWNLOADS = "sdists"
 """The directory of downloaded sdists, beside the trees."""
@@ -135,54 +130,25 @@ class SourceStore:
         return "removed"
 
     def _remove_tree(self, entry: KeptSource, now: float, unused_for: float, dry_run: bool) -> Outcome:
-        with self._exclusive(entry, dry_run) as free:
-            if not free:
-                return "in use"
-            if dry_run:
-                return "would remove"
-            aside = entry.path.with_name(f".pruned-{entry.path.name.lstrip('.')}-{os.getpid()}")
-            try:
-                entry.path.rename(aside)
-            except OSError:
-                return "gone"
-            used = entry.last_used
-            if entry.kind != "leftover":
-                used = last_used(self.root, entry.name, aside / MARKER)
-            if now - used <= unused_for:  # read since it was listed, before the lock
-                try:
-                    aside.rename(entry.path)
-                    return "recent"
-                except OSError:
-                    pass  # fetched again meanwhile: this copy goes
-            shutil.rmtree(aside, ignore_errors=True)
-            return "removed"
-
-    @contextmanager
-    def _exclusive(self, entry: KeptSource, dry_run: bool) -> Iterator[bool]:
-        """The mark and the lock of the tree *entry* is (or was being fetched as), each
-        taken exclusively without waiting: True when both were had, or when the entry
-        has neither (a killed prune's or download's directory)."""
+        """The tree's mark and the fetch's lock are taken exclusively, without waiting
+        (a killed prune's or download's directory has neither)."""
         name = entry.name.removesuffix(".staging")
-        if entry.name.startswith("."):
-            yield True
-            return
-        if entry.kind != "leftover" and not dry_run:
-            # A tree fetched before uses were marked: its mark, dated its last use, for a
-            # build that starts now to wait on (a dry run writes nothing: no mark, no
-            # holder).
-            mark_unmarked(self.root / f"{name}.inuse", entry.last_used)
-        with contextlib.ExitStack() as stack:
-            for suffix in (".inuse", ".lock"):
-                path = self.root / f"{name}{suffix}"
-                if not _is_file(path):
-                    continue
-                lock = stack.enter_context(path.open("a"))
-                try:
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    yield False
-                    return
-            yield True
+        locks: list[Path] = []
+        if not entry.name.startswith("."):
+            if entry.kind != "leftover" and not dry_run:
+                # A tree fetched before uses were marked: its mark, dated its last use,
+                # for a build that starts now to wait on (a dry run writes nothing).
+                mark_unmarked(self.root / f"{name}.inuse", entry.last_used)
+            locks = [self.root / f"{name}{suffix}" for suffix in (".inuse", ".lock")]
+
+        def used(aside: Path) -> float:
+            if entry.kind == "leftover":
+                return entry.last_used
+            return last_used(self.root, entry.name, aside / MARKER)
+
+        return remove_unused(
+            entry.path, locks, used, now=now, unused_for=unused_for, dry_run=dry_run
+        )
 
 
 def _children(directory: Path) -> list[Path]:
