@@ -3,9 +3,11 @@ sharing across directories, no stale objects, and compiler changes that miss."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -336,3 +338,19 @@ def test_a_hot_cmake_build_is_seeded_with_the_kept_identification_and_checks(
     log = Path(hot["log"]).read_text()
     assert "Performing Test" not in log and "Detecting CXX compiler ABI" not in log
     assert "-- Configuring done" in log
+
+    # Unused for two days (as its mark says): `kiln answers prune` removes it, and the
+    # next build identifies the compilers again and keeps the identification again.
+    identification = Path(seeded["identification"])
+    mark = identification.with_name(f"{identification.name}.inuse")
+    two_days_ago = time.time() - 2 * 86400
+    os.utime(mark, (two_days_ago, two_days_ago))
+    pruned = kiln.json("answers", "prune", "--unused-for", "1d")
+    outcome = {Path(e["path"]): e["outcome"] for e in pruned["entries"]}
+    assert outcome[identification] == "removed" and not identification.exists()
+    again = build("fourth")
+    assert again["cmake"]["identification"] is None and again["cache"]["misses"] == 0
+    assert "Detecting CXX compiler ABI" in Path(again["log"]).read_text()
+    assert (identification / "complete").is_file(), "kept again"
+    listed = {Path(e["path"]): e for e in kiln.json("answers", "list")}
+    assert time.time() - listed[identification]["last_used"] < 600

@@ -50,6 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from wheelkiln import holds
 from wheelkiln.builder import cmake_checks
 from wheelkiln.builder.compiler_answers import DRIVER_VARIABLES
 from wheelkiln.builder.probes import probe
@@ -360,6 +361,7 @@ def prepare(
     if cmake is None or version is None:
         return None
     store = store_root / identification_key(cmake, version, tree, environ, config_settings)
+    holds.hold(store_root, store.name)  # before it is read: `kiln answers prune` waits
     interpreter = python_key(python) if python is not None else None
     answers = store / f"python-{interpreter}" if interpreter is not None else None
     checks = cmake_checks.store_for(store, source_digest, build_env, environ) if source_digest else None

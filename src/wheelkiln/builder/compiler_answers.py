@@ -36,7 +36,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from wheelkiln import run
+from wheelkiln import holds, run
 
 QUESTIONS: Mapping[str, tuple[tuple[str, ...], ...]] = {
     "cc": (("--version",), ("-cpp", "-x", "c", "-E", "-dM", "-"), ("-Wl,--version",),
@@ -164,6 +164,7 @@ def prepare(fronts: Mapping[str, Path], environ: Mapping[str, str], store: Path)
     answers under *store* for this key, asked now where none are kept yet. Nothing when
     they cannot be kept (an unwritable home): the compiler then answers meson itself."""
     directory = store / answers_key(fronts, environ)
+    holds.hold(store, directory.name)  # the fronts read it all through the build
     try:
         _keep(directory, fronts, environ)
     except OSError:

@@ -29,6 +29,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from wheelkiln import holds
 from wheelkiln.builder.cmake_id import compiler_identities
 from wheelkiln.builder.compiler_answers import DRIVER_VARIABLES
 
@@ -74,6 +75,7 @@ def skip_settings(marker: Path, native_file: Path) -> tuple[tuple[str, str], ...
     compilers passed them; none otherwise (meson checks, and :func:`mark` records it)."""
     if not marker.is_file():
         return ()
+    holds.hold(marker.parent, marker.name)  # its use, for `kiln answers prune`
     native_file.write_text(NATIVE_FILE)
     return (("setup-args", f"--native-file={native_file}"),)
 

@@ -25,7 +25,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from wheelkiln import run
+from wheelkiln import holds, run
 from wheelkiln.builder.compiler_answers import file_identity
 from wheelkiln.builder.toolchain import install_script
 
@@ -76,6 +76,8 @@ def answering_front(
             staged.replace(kept)
         except OSError:
             return None
+    # Its use, for `kiln answers prune`: the answer is in the front from here on.
+    holds.hold(kept.parent, kept.name)
     body = (
         f'if [ "$#" -eq 1 ] && [ "$1" = {shlex.quote(question)} ]; then\n'
         f"  printf '%s' {shlex.quote(said)}\n"

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("wheelkiln.cli.envs", "envs_group"),
     "wheels": ("wheelkiln.cli.wheels", "wheels_group"),
     "sources": ("wheelkiln.cli.sources", "sources_group"),
+    "answers": ("wheelkiln.cli.answers", "answers_group"),
 }
 """Each command's name: its module and object in it."""
 

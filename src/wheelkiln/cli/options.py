@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import click
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -192,6 +194,53 @@ def emit_prune_json(dry_run: bool, unused_for: float, freed: int, **lists: list[
             "freed_bytes": 0 if dry_run else freed,
             **lists,
         }
+    )
+
+
+class _Listed(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def last_used(self) -> float: ...
+
+
+class _Pruned(Protocol):
+    @property
+    def entry(self) -> _Listed: ...
+    @property
+    def outcome(self) -> str: ...
+    def as_json(self) -> dict[str, object]: ...
+
+
+def report_prune(
+    results: Sequence[_Pruned], *, dry_run: bool, unused_for: float, as_json: bool
+) -> None:
+    """A store's prune: ``--json`` (see :func:`emit_prune_json`), else a line for each
+    entry removed or held by a running build, then what was freed and kept."""
+    now = time.time()
+    gone = [r for r in results if r.outcome in REMOVING]
+    held = [r for r in results if r.outcome == "in use"]
+    freed = sum(r.entry.size for r in gone)
+    if as_json:
+        emit_prune_json(dry_run, unused_for, freed, entries=[r.as_json() for r in results])
+        return
+    for result in [*gone, *held]:
+        entry = result.entry
+        ui.info(
+            f"{result.outcome}: {escape(entry.name)} ({entry.kind}), {human_size(entry.size)}, "
+            f"last used {ago(entry.last_used, now)}"
+        )
+    verb, frees = ("would remove", "would free") if dry_run else ("removed", "freed")
+    recent = sum(r.outcome == "recent" for r in results)
+    ui.info(
+        f"{verb} {len(gone)} of {len(results)} entries ({frees} {human_size(freed)}); kept "
+        f"{recent} used in the last {span(unused_for)}"
+        + (f" and {len(held)} a running build holds" if held else "")
+        + "."
     )
 
 

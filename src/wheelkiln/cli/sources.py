@@ -9,17 +9,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from wheelkiln import ui
-from wheelkiln.builder.source_store import PrunedSource, SourceStore
+from wheelkiln.builder.source_store import SourceStore
 from wheelkiln.cli.options import (
     CONTEXT,
-    REMOVING,
     ago,
     dry_run_option,
     emit_json,
-    emit_prune_json,
     human_size,
     json_option,
-    span,
+    report_prune,
     unused_for_option,
 )
 
@@ -74,29 +72,7 @@ def sources_prune(unused_for: float, dry_run: bool, as_json: bool) -> None:
     A source a running build holds is kept, whatever its age ("in use"); a build that
     needs a removed one fetches it again.
     """
-    store = SourceStore()
-    now = time.time()
-    results = store.prune(unused_for, dry_run=dry_run)
-    gone = [r for r in results if r.outcome in REMOVING]
-    freed = sum(r.entry.size for r in gone)
-    if as_json:
-        emit_prune_json(dry_run, unused_for, freed, entries=[r.as_json() for r in results])
-    for result in [] if as_json else [*gone, *_held(results)]:
-        entry = result.entry
-        ui.info(
-            f"{result.outcome}: {escape(entry.name)} ({entry.kind}), {human_size(entry.size)}, "
-            f"last used {ago(entry.last_used, now)}"
-        )
-    verb, frees = ("would remove", "would free") if dry_run else ("removed", "freed")
-    held = len(_held(results))
-    recent = sum(r.outcome == "recent" for r in results)
-    ui.info(
-        f"{verb} {len(gone)} of {len(results)} entries ({frees} {human_size(freed)}); kept "
-        f"{recent} used in the last {span(unused_for)}"
-        + (f" and {held} a running build holds" if held else "")
-        + "."
-    )
-
-
-def _held(results: list[PrunedSource]) -> list[PrunedSource]:
-    return [r for r in results if r.outcome == "in use"]
+    report_prune(
+        SourceStore().prune(unused_for, dry_run=dry_run),
+        dry_run=dry_run, unused_for=unused_for, as_json=as_json,
+    )  # fmt: skip
