@@ -7,9 +7,7 @@ import time
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
-from wheelkiln import ui
 from wheelkiln.builder.answer_store import STORES, AnswerStore
 from wheelkiln.cli.options import (
     CONTEXT,
@@ -18,6 +16,7 @@ from wheelkiln.cli.options import (
     emit_json,
     human_size,
     json_option,
+    print_listing,
     report_prune,
     unused_for_option,
 )
@@ -47,20 +46,16 @@ def answers_list(as_json: bool) -> None:
         emit_json([entry.as_json() for entry in entries])
         return
     now = time.time()
-    table = Table(title="kept answers", title_justify="left")
-    for column in ("store", "key", "kind", "size", "last used"):
-        table.add_column(column, overflow="fold")
-    for entry in entries:
-        table.add_row(
-            entry.store, escape(entry.name), entry.kind, human_size(entry.size),
-            ago(entry.last_used, now),
-        )  # fmt: skip
-    if entries:
-        ui.console.print(table)
-    ui.info(
+    print_listing(
+        "kept answers",
+        ("store", "key", "kind", "size", "last used"),
+        [
+            (e.store, escape(e.name), e.kind, human_size(e.size), ago(e.last_used, now))
+            for e in entries
+        ],
         f"{len(entries)} entries, {human_size(sum(e.size for e in entries))}, under "
         f"{escape(str(store.home))} ({', '.join(STORES)}). `kiln answers prune --unused-for "
-        "30d` removes those unused for 30 days."
+        "30d` removes those unused for 30 days.",
     )
 
 

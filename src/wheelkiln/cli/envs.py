@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from wheelkiln import ui
 from wheelkiln.builder import env_store
@@ -21,6 +20,7 @@ from wheelkiln.cli.options import (
     emit_prune_json,
     human_size,
     json_option,
+    print_listing,
     unused_for_option,
 )
 from wheelkiln.paths import envs_dir, smoke_envs_dir
@@ -58,24 +58,22 @@ def envs_list(as_json: bool) -> None:
         emit_json([environment.as_json() for environment in environments])
         return
     now = time.time()
-    table = Table(title="kept environments", title_justify="left")
-    for column in ("kind", "key", "size", "its own", "last used", "in use", "requires"):
-        table.add_column(column, overflow="fold")
-    for environment in environments:
-        table.add_row(
-            environment.kind, environment.key, human_size(environment.size), human_size(environment.own),
-            ago(environment.last_used, now), "yes" if environment.in_use else "no",
-            escape(_requires(environment)),
-        )  # fmt: skip
-    if environments:
-        ui.console.print(table)
     busy = sum(environment.in_use for environment in environments)
-    ui.info(
+    print_listing(
+        "kept environments",
+        ("kind", "key", "size", "its own", "last used", "in use", "requires"),
+        [
+            (
+                e.kind, e.key, human_size(e.size), human_size(e.own), ago(e.last_used, now),
+                "yes" if e.in_use else "no", escape(_requires(e)),
+            )
+            for e in environments
+        ],
         f"{len(environments)} environments, {human_size(sum(e.size for e in environments))} "
         f"({human_size(sum(e.own for e in environments))} their own: the rest is linked from "
         "uv's package cache or from kept bytecode), "
         f"under {escape(str(envs_dir()))} and {escape(str(smoke_envs_dir()))}; {busy} in use. "
-        "`kiln envs prune --unused-for 30d` removes those unused for 30 days."
+        "`kiln envs prune --unused-for 30d` removes those unused for 30 days.",
     )
 
 

@@ -197,6 +197,20 @@ def emit_prune_json(dry_run: bool, unused_for: float, freed: int, **lists: list[
     )
 
 
+def print_listing(
+    title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], summary: str
+) -> None:
+    """A store's list: a table of its entries (none when empty), then *summary*."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    if rows:
+        ui.console.print(table)
+    ui.info(summary)
+
+
 class _Listed(Protocol):
     @property
     def name(self) -> str: ...

@@ -6,9 +6,7 @@ import time
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
-from wheelkiln import ui
 from wheelkiln.builder.source_store import SourceStore
 from wheelkiln.cli.options import (
     CONTEXT,
@@ -17,6 +15,7 @@ from wheelkiln.cli.options import (
     emit_json,
     human_size,
     json_option,
+    print_listing,
     report_prune,
     unused_for_option,
 )
@@ -44,20 +43,16 @@ def sources_list(as_json: bool) -> None:
         emit_json([entry.as_json() for entry in entries])
         return
     now = time.time()
-    table = Table(title="fetched sources", title_justify="left")
-    for column in ("name", "kind", "fetched for", "size", "last used"):
-        table.add_column(column, overflow="fold")
-    for entry in entries:
-        table.add_row(
-            escape(entry.name), entry.kind, escape(entry.origin), human_size(entry.size),
-            ago(entry.last_used, now),
-        )  # fmt: skip
-    if entries:
-        ui.console.print(table)
-    ui.info(
+    print_listing(
+        "fetched sources",
+        ("name", "kind", "fetched for", "size", "last used"),
+        [
+            (escape(e.name), e.kind, escape(e.origin), human_size(e.size), ago(e.last_used, now))
+            for e in entries
+        ],
         f"{len(entries)} entries, {human_size(sum(e.size for e in entries))}, under "
         f"{escape(str(store.root))}. `kiln sources prune --unused-for 30d` removes those "
-        "unused for 30 days."
+        "unused for 30 days.",
     )
 
 

@@ -6,7 +6,6 @@ import time
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
 from wheelkiln import ui
 from wheelkiln.builder.wheel_cache import WheelCache
@@ -19,6 +18,7 @@ from wheelkiln.cli.options import (
     emit_prune_json,
     human_size,
     json_option,
+    print_listing,
     span,
     unused_for_option,
 )
@@ -46,20 +46,19 @@ def wheels_list(as_json: bool) -> None:
         emit_json([entry.as_json() for entry in entries])
         return
     now = time.time()
-    table = Table(title="wheel cache", title_justify="left")
-    for column in ("input digest", "wheel", "cell", "size", "last used"):
-        table.add_column(column, overflow="fold")
-    for entry in entries:
-        table.add_row(
-            entry.digest[:16], escape(entry.wheel or "(damaged: no readable record)"),
-            escape(entry.cell), human_size(entry.size), ago(entry.last_used, now),
-        )  # fmt: skip
-    if entries:
-        ui.console.print(table)
-    ui.info(
+    print_listing(
+        "wheel cache",
+        ("input digest", "wheel", "cell", "size", "last used"),
+        [
+            (
+                e.digest[:16], escape(e.wheel or "(damaged: no readable record)"),
+                escape(e.cell), human_size(e.size), ago(e.last_used, now),
+            )
+            for e in entries
+        ],
         f"{len(entries)} wheels, {human_size(sum(e.size for e in entries))}, under "
         f"{escape(str(cache.root))}. `kiln wheels prune --unused-for 30d` removes those "
-        "unused for 30 days."
+        "unused for 30 days.",
     )
 
 
