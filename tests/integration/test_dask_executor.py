@@ -351,6 +351,33 @@ def test_task_no_worker_can_run_is_an_error_naming_the_resource(
     assert not any((tmp_path / "handoff").iterdir())
 
 
+def test_no_link_task_is_submitted_when_no_shard_passed(
+    kiln: Kiln, one_worker: tuple[str, str], tmp_path: Path
+) -> None:
+    # Every shard task fails the same way (the package's own build breaks): the link task
+    # would build the whole package again on a worker and fail its gate all the same.
+    scheduler, _ = one_worker
+    (tmp_path / "handoff").mkdir()
+    tree = tiny_package(tmp_path)
+    (tree / "setup.py").write_text("raise SystemExit('kiln-tiny is broken on purpose')\n")
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    result = kiln("build", recipe, "--shards", "2", "--executor", "dask", "--scheduler",
+                  scheduler, "--handoff", tmp_path / "handoff", "--out", tmp_path / "dist",
+                  "--json", check=False)
+    message = " ".join(result.stderr.split())
+    assert result.returncode == 5, result.stderr
+    assert f"No shard of {TINY_CELL} passed, so its link job did not run" in message
+    for label in ("1/2", "2/2"):  # each in one line, as a local shard's failure is
+        assert (f"- shard {label}: failed its gate: the build failed (exit 1) before it "
+                "compiled anything through the seat wrapper; its last lines: kiln-tiny is "
+                "broken on purpose (build log on tcp://127.0.0.1:") in message
+    assert "│" not in result.stderr.split("passed, so its link job did not run")[1]
+    assert "kiln link" not in result.stderr and not (tmp_path / "dist").exists()
+    report: dict[str, Any] = json.loads(result.stdout)
+    assert report["link"] is None and report["gate"]["passed"] is False
+    assert [s["process"]["status"] for s in report["shards"]] == ["exit 5", "exit 5"]
+
+
 def test_unreachable_scheduler_is_an_error_naming_it_with_nothing_started(
     kiln: Kiln, tmp_path: Path
 ) -> None:

@@ -1196,7 +1196,7 @@ def _shard_run(plan: Plan, index: int, ended: _Ended, view: TaskView) -> ShardRu
     exit_code = int(result["exit_code"])
     problem = None
     if exit_code != 0:
-        problem = run.exit_description(exit_code) if exit_code < 0 else result["tail"]
+        problem = _shard_problem(result, exit_code, view.worker)
         ui.warn(f"{label} failed on {view.worker}")
     record = result["record"]
     if exit_code == 0 and plan.through_remote:
@@ -1236,6 +1236,31 @@ def _shard_run(plan: Plan, index: int, ended: _Ended, view: TaskView) -> ShardRu
         problem,
         placement,
     )
+
+
+TABLE_RULES = tuple("│┃┏┡┗└┌├╭╰━─")
+"""The first characters of a summary table's rows, as rich draws them."""
+
+
+def _shard_problem(result: dict[str, Any], exit_code: int, worker: str | None) -> str:
+    """Why a shard task's job failed, in the words a local shard's failure has: its
+    gate's reasons where its record names them, else the end of its output without the
+    summary table's rows (the job's error is the last of it)."""
+    if exit_code < 0:
+        return run.exit_description(exit_code)
+    record = result.get("record")
+    shard = record.get("shard") if isinstance(record, dict) else None
+    gate = shard.get("gate") if isinstance(shard, dict) else None
+    reasons = gate.get("reasons") if isinstance(gate, dict) else None
+    if (
+        isinstance(gate, dict) and gate.get("passed") is False and isinstance(reasons, list)
+        and reasons and all(isinstance(reason, str) for reason in reasons)
+    ):  # fmt: skip
+        log = record.get("log") if isinstance(record, dict) else None
+        where = f" (build log on {worker}: {log})" if isinstance(log, str) else ""
+        return f"failed its gate: {'; '.join(reasons)}{where}"
+    lines = str(result.get("tail", "")).splitlines()
+    return "\n".join(line for line in lines if not line.lstrip().startswith(TABLE_RULES))
 
 
 def _accepted_input(shard: ShardRun) -> Any:
