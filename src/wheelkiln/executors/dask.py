@@ -1259,7 +1259,12 @@ def _shard_problem(result: dict[str, Any], exit_code: int, worker: str | None) -
         log = record.get("log") if isinstance(record, dict) else None
         where = f" (build log on {worker}: {log})" if isinstance(log, str) else ""
         return f"failed its gate: {'; '.join(reasons)}{where}"
-    lines = str(result.get("tail", "")).splitlines()
+    return _untabled(str(result.get("tail", "")))
+
+
+def _untabled(output: str) -> str:
+    """A job's output without its summary table's rows: what is left ends with its error."""
+    lines = output.splitlines()
     return "\n".join(line for line in lines if not line.lstrip().startswith(TABLE_RULES))
 
 
@@ -1321,7 +1326,7 @@ def _link_run(
     if record is None or exit_code not in (0, GateError.exit_code):
         return None, BuildError(
             f"The link job of {plan.cell_id} on {view.worker} ended with "
-            f"{run.exit_description(exit_code)}:\n{result['tail']}",
+            f"{run.exit_description(exit_code)}:\n{_untabled(str(result['tail']))}",
             hint=files,
         )
     out_dir.mkdir(parents=True, exist_ok=True)
