@@ -305,7 +305,7 @@ def test_shard_whose_worker_is_lost_twice_is_named_by_the_link_gate(
         (tmp_path / "handoff").mkdir()
         how = ("--handoff", tmp_path / "handoff")
         missing = f"{TINY_CELL}-shard-1-of-2.tar.gz"
-    killer = kill_during(fleet, "shard-1", times=2, after=1.0)
+    killer = kill_during(fleet, "shard-1", times=2, after=0.2)  # a tiny shard's retry can end in 1 s
     result = kiln("build", recipe, "--shards", "2", "--executor", "dask", "--scheduler",
                   fleet.address, *how, "--out", tmp_path / "dist", "--json", check=False)
     killer.join(timeout=5)
