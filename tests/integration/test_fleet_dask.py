@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.compile]
 
 
 @pytest.fixture
-def cluster(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> Iterator[Fleet]:
-    running = Fleet(tmp_path_factory.mktemp("cluster"), kiln_home)
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    running = Fleet(tmp_path_factory.mktemp("cluster"))
     yield running
     running.close()
 
