@@ -15,8 +15,11 @@ builds themselves, not hard-coded:
   feature and compiles it (the probes that fail on purpose, such as ``intrin.h`` on
   Linux, are uncacheable and counted by neither ccache nor this test).
 * So the link job's total must be the package's TUs plus the cacheable probe compiles of
-  one shard, and it must equal the reference build's total: the link job runs the same
-  full build. Its misses must be 0.
+  one shard, and it must equal the number of distinct compiles of the reference build:
+  its misses, its cache being empty. Its total can be larger: a build that makes its
+  build environment asks setuptools' requirements hook in the build's own process, and
+  pycryptodome's setup.py runs its probes each time it is run, so the same probes compile
+  again and hit. The link job runs the same full build, and its misses must be 0.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ def test_pypi_package_shards_link_with_zero_misses_and_equivalent_wheel(
     cacheable = target.package_tu_count + probes.pop()
     assert link["cache"]["misses"] == 0, link["link"]["gate"]["missed"]
     assert link["cache"]["hits"] == link["cache"]["total"] == cacheable
-    assert link["cache"]["total"] == reference["cache"]["total"]
+    assert link["cache"]["total"] == reference["cache"]["misses"]
 
     verdict = json.loads(
         kiln("verify", link["wheel"]["path"], reference["wheel"]["path"], "--json").stdout
