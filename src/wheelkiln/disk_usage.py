@@ -1,4 +1,5 @@
-"""How many bytes a directory tree holds, for the stores' list and prune commands."""
+"""What the stores' list and prune commands read of a path: the bytes a directory tree
+holds, and when a path last changed."""
 
 from __future__ import annotations
 
@@ -17,3 +18,11 @@ def tree_size(path: Path) -> int:
             except OSError:
                 continue
     return total
+
+
+def modified(path: Path) -> float:
+    """*path*'s own modification time (a symlink's, not its target's); 0 when it is gone."""
+    try:
+        return path.lstat().st_mtime
+    except OSError:
+        return 0.0

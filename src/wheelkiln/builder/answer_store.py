@@ -98,15 +98,16 @@ class AnswerStore:
             return
         for path in children:
             try:
-                mode = path.lstat().st_mode
+                info = path.lstat()
             except OSError:
                 continue  # removed while listed
-            if path.name.endswith(".inuse") or not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+            tree = stat.S_ISDIR(info.st_mode)
+            if path.name.endswith(".inuse") or not (tree or stat.S_ISREG(info.st_mode)):
                 continue
-            size = tree_size(path) if stat.S_ISDIR(mode) else path.lstat().st_size
+            size = tree_size(path) if tree else info.st_size
             # What killed writes and prunes left: ``.<key>.<pid>``, ``.pruned-*``.
             if path.name.startswith("."):
-                yield KeptAnswer(store, path.name, path, "leftover", size, _mtime(path))
+                yield KeptAnswer(store, path.name, path, "leftover", size, info.st_mtime)
             else:
                 used = last_used(root, path.name, path)
                 yield KeptAnswer(store, path.name, path, STORES[store], size, used)
@@ -139,10 +140,3 @@ class AnswerStore:
             )
             results.append(PrunedAnswer(entry, outcome))
         return results
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.lstat().st_mtime
-    except OSError:
-        return 0.0

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from wheelkiln.builder.source import MARKER
-from wheelkiln.disk_usage import tree_size
+from wheelkiln.disk_usage import modified, tree_size
 from wheelkiln.holds import Removal, last_used, mark_unmarked, remove_unused
 from wheelkiln.paths import sources_dir
 
@@ -92,7 +92,7 @@ class SourceStore:
             except OSError:
                 whole = False
             if not whole:
-                used, origin = _mtime(path), ""
+                used, origin = modified(path), ""
             kind: Kind = (
                 "leftover" if not whole else "git checkout" if path.name.startswith("git-") else "sdist tree"
             )
@@ -101,9 +101,9 @@ class SourceStore:
     def _downloads(self) -> Iterator[KeptSource]:
         for path in _children(self.root / DOWNLOADS) if _is_directory(self.root / DOWNLOADS) else []:
             if _is_directory(path):  # a killed download's staging directory
-                yield KeptSource(path.name, path, "leftover", "", tree_size(path), _mtime(path))
+                yield KeptSource(path.name, path, "leftover", "", tree_size(path), modified(path))
             elif stat.S_ISREG(path.lstat().st_mode):
-                yield KeptSource(path.name, path, "sdist", "", path.lstat().st_size, _mtime(path))
+                yield KeptSource(path.name, path, "sdist", "", path.lstat().st_size, modified(path))
 
     def prune(self, unused_for: float, *, dry_run: bool = False) -> list[PrunedSource]:
         """Remove each entry whose last use is more than *unused_for* seconds ago and that
@@ -163,17 +163,3 @@ def _is_directory(path: Path) -> bool:
         return stat.S_ISDIR(path.lstat().st_mode)
     except OSError:
         return False
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(path.lstat().st_mode)
-    except OSError:
-        return False
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.lstat().st_mtime
-    except OSError:
-        return 0.0
