@@ -48,6 +48,7 @@ from wheelkiln.builder.cmake_id import (
 )
 from wheelkiln.digest import sha256_file
 from wheelkiln.disk_usage import tree_size
+from wheelkiln.holds import remove_path
 from wheelkiln.paths import wheel_cache_dir
 
 if TYPE_CHECKING:
@@ -320,10 +321,7 @@ def _drop(entry: Path) -> None:
         with contextlib.suppress(OSError):  # another stored it meanwhile: this copy goes
             aside.rename(entry)
             return
-    if aside.is_dir() and not aside.is_symlink():
-        shutil.rmtree(aside, ignore_errors=True)
-    else:
-        aside.unlink(missing_ok=True)  # a file or link where an entry belongs
+    remove_path(aside)  # a tree, or a file or link where an entry belongs
 
 
 class WheelCache:
