@@ -289,8 +289,7 @@ def test_no_link_job_runs_when_no_shard_passed(kiln: Kiln, tmp_path: Path) -> No
     assert "No shard of kiln-tiny-py3.11-linux-x86_64 passed, so its link job did not run" in message
     for label in ("1/2", "2/2"):  # the build's own failure, not a launcher to check
         assert (f"- shard {label}: failed its gate: the build failed (exit 1) before it compiled "
-                "anything through the seat wrapper; its last lines: kiln-tiny is broken on "
-                "purpose") in message
+                "any of its TUs; its last lines: kiln-tiny is broken on purpose") in message
     assert "builds it in one job" in message
     assert "Linking" not in result.stderr and not (tmp_path / "dist").exists()
     report: dict[str, Any] = json.loads(result.stdout)
@@ -299,3 +298,28 @@ def test_no_link_job_runs_when_no_shard_passed(kiln: Kiln, tmp_path: Path) -> No
     assert report["gate"]["passed"] is False
     assert report["gate"]["problems"][-1] == (
         "link job: No shard of kiln-tiny-py3.11-linux-x86_64 passed, so its link job did not run")
+
+
+def test_a_package_that_excludes_the_cells_python_is_refused_before_any_build(
+    kiln: Kiln, tmp_path: Path
+) -> None:
+    # pywavelets 1.10 (requires-python >=3.12) on 3.11: its environment was made and meson
+    # run, then meson-python refused; sharded, each shard's gate found its slice unbuilt.
+    tree = tiny_package(tmp_path)
+    pyproject = tree / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + 'requires-python = ">=3.99"\n')
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    version = ".".join(map(str, sys.version_info[:3]))
+    for shards in ((), ("--shards", "2")):
+        result = kiln("build", recipe, *shards, "--out", tmp_path / "dist",
+                      "--workdir", tmp_path / "work", check=False)
+        message = " ".join(result.stderr.split())
+        assert result.returncode == 4, result.stderr
+        assert (f"error: The package supports Python >=3.99 ({pyproject}: [project] "
+                "requires-python); cell kiln-tiny-py3.11-linux-x86_64 builds with Python "
+                f"{version}, so no wheel can be made for it.") in message
+        assert "(--cell python=X.Y), or take 3.11 out of the recipe's [matrix] python" in message
+        assert "Traceback" not in result.stderr and "Sharding" not in result.stderr
+        # Refused before its tree was copied, its environment made or a shard started.
+        assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())
+        assert not (tmp_path / "dist").exists()

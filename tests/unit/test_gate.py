@@ -589,6 +589,27 @@ def test_a_build_that_failed_before_its_first_compile_is_said_to_have_failed() -
     gate = shard_gate(1, log, [], [], None)
     assert not gate.passed
     assert gate.reasons == (
-        "the build failed (exit 1) before it compiled anything through the seat wrapper; "
+        "the build failed (exit 1) before it compiled any of its TUs; "
         "its last lines: running bdist_wheel | error: kiln-tiny is broken on purpose",
+    )
+
+
+def test_a_build_that_failed_after_its_compiler_checks_is_said_to_have_failed() -> None:
+    # meson ran its compiler checks through the wrapper, then meson-python refused the
+    # interpreter (pywavelets 1.10 on 3.11): the slice never compiled, and the log says why.
+    log = "Build targets in project: 19\n\nFound ninja-1.11.1 at /usr/bin/ninja\n\n" \
+        "meson-python: error: The package requires Python version >=3.12, running on 3.11.7\n"
+    probes = [{"action": "probe", "exit": 0, "argv": ["cc", "-c", "testfile.c"]}] * 11
+    slice_ = [ExpectedCompile("pywt/_extensions/c/wt.c", "/b/wt.o")]
+    gate = shard_gate(1, log, [], probes, slice_)
+    assert not gate.passed
+    assert gate.reasons == (
+        "the build failed (exit 1) before it compiled any of its TUs; its last lines: "
+        "Build targets in project: 19 | Found ninja-1.11.1 at /usr/bin/ninja | meson-python: "
+        "error: The package requires Python version >=3.12, running on 3.11.7",
+    )
+    # Once a TU was reached, what never compiled is named instead.
+    reached = [*probes, {"action": "stub", "exit": 0, "tu": "pywt/_extensions/c/cwt.c"}]
+    assert "never ran (the build stopped before them): pywt/_extensions/c/wt.c" in (
+        shard_gate(1, log, [], reached, slice_).reasons[0]
     )

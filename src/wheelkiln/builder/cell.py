@@ -21,6 +21,7 @@ from wheelkiln.builder.environment import (
     ensure_environment,
     finish_bytecode,
     frontend_requires,
+    interpreter_version,
     read_build_system,
     settle_dynamic,
 )
@@ -34,6 +35,7 @@ from wheelkiln.builder.job_env import (
 )
 from wheelkiln.builder.linker import cmake_version, linker_environment, linker_versions
 from wheelkiln.builder.meson_version import meson_front
+from wheelkiln.builder.requires_python import check_requires_python
 from wheelkiln.builder.source import copy_tree, empty_but, fetch_source, source_digest
 from wheelkiln.builder.toolchain import (
     DEBUG_PREFIX,
@@ -217,6 +219,7 @@ def _build_cell(
         quiet=options.job.quiet,
     ):
         pristine = fetch_source(loaded, sources_dir())
+        check_requires_python(pristine, interpreter_version(cell.python), cell.id)
         empty_but(job_dir, tree)  # the tree is copied again in place (copy_tree)
         digest = copy_tree(pristine, tree, recipe.source.exclude)
         if options.job.prepare_tree is not None and options.job.prepare_tree(tree):

@@ -253,6 +253,11 @@ def interpreter_identity(interpreter: str) -> str:
     return " ".join(run.run([interpreter, "-c", code]).output.split())
 
 
+def interpreter_version(python_version: str) -> str:
+    """The full version of a cell's interpreter (``3.11.7``), as its ``sys.version`` opens."""
+    return interpreter_identity(interpreter_for(python_version)).split()[1]
+
+
 def environment_key(interpreter: str, requirements: Sequence[str]) -> str:
     """Key a venv by the interpreter and the sorted *requested* set (smoke-test venvs)."""
     version = run.run([interpreter, "-c", "import sys;print(sys.version)"]).output.strip()

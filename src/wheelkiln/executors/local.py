@@ -12,6 +12,9 @@ from pathlib import Path
 from typing import TypeVar
 
 from wheelkiln import run, ui
+from wheelkiln.builder.environment import interpreter_version
+from wheelkiln.builder.requires_python import check_requires_python
+from wheelkiln.builder.source import fetch_source
 from wheelkiln.cells import shard_label
 from wheelkiln.errors import GateError, KilnError, UsageError
 from wheelkiln.executors.base import (
@@ -22,7 +25,7 @@ from wheelkiln.executors.base import (
     ShardRun,
     nothing_to_link,
 )
-from wheelkiln.paths import resolve_workdir
+from wheelkiln.paths import resolve_workdir, sources_dir
 from wheelkiln.settings import executor_job
 from wheelkiln.shard.job import ShardResult, run_shard
 from wheelkiln.shard.link import run_link
@@ -133,6 +136,13 @@ class LocalExecutor:
 
     def run(self, job: ShardedJob) -> ShardedRun:
         options = job.options
+        # A package that excludes the cell's Python is refused once, here, not by each
+        # shard's gate after its environment and configure.
+        check_requires_python(
+            fetch_source(job.loaded, sources_dir()),
+            interpreter_version(job.cell.python),
+            job.cell.id,
+        )
         workdir = resolve_workdir(options.workdir)
         shards_dir = job.shards_dir
         for old in [*shards_dir.glob("*.tar.gz"), *shards_dir.glob("*.shard.json")]:

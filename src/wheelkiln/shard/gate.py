@@ -76,6 +76,17 @@ def _is_tu_compile(record: WrapperRecord) -> bool:
     )
 
 
+def _reached_a_tu(record: WrapperRecord) -> bool:
+    """A record of one of the package's TUs: compiled, stubbed or passed through."""
+    return _is_tu_compile(record) or record.get("action") in ("stub", "host-pass")
+
+
+def _last_lines(build_log: str) -> str:
+    """The log's last three lines that say anything, as a reason quotes them."""
+    last = [line.strip() for line in build_log.splitlines() if line.strip()][-3:]
+    return "its last lines: " + (" | ".join(last) or "(none)")
+
+
 def scratch_probe_failures(records: Sequence[WrapperRecord]) -> list[int]:
     """Indexes of failed TU compiles that the build went past: probes under a fixed name.
 
@@ -236,9 +247,10 @@ def shard_gate(
     """Decide whether a shard's build is acceptable.
 
     * The wrapper must have run (no records: the build never reached the compiler
-      through the wrapper, so the shard filled no cache; a build that failed before it,
-      with a non-zero exit, is said to have failed, with its last lines). *pure_wheel*: the file name of
-      the build's wheel where it holds no extension module; a build that compiled
+      through the wrapper, so the shard filled no cache). A build that exited non-zero
+      before its first TU (at most the build system's compiler checks went through the
+      wrapper) is said to have failed, with its last lines. *pure_wheel*: the file name
+      of the build's wheel where it holds no extension module; a build that compiled
       nothing and made one is a package with nothing to shard, and is told so.
     * No compiler diagnostic may appear in the log (except those of build-system probes
       that failed on purpose, see :func:`_real_diagnostics`), and no TU compile may have
@@ -264,19 +276,21 @@ def shard_gate(
         "probed": counts.get("probe", 0),
     }
     reasons: list[str] = []
+    broke_early = False
     if not wrapper_records and pure_wheel is not None:
         reasons.append(
             f"nothing to shard: the build called no compiler and its wheel, {pure_wheel}, "
             "holds no extension module. Build it unsharded: kiln build without --shards, "
             "and no [sharding] count above 1 in its recipe"
         )
-    elif not wrapper_records and exit_code != 0:
-        # Not a launcher to check: the build broke before its first compile (its
-        # setup.py, its configure), as it would unsharded.
-        last = [line.strip() for line in build_log.splitlines() if line.strip()][-3:]
+    elif exit_code != 0 and not any(_reached_a_tu(record) for record in wrapper_records):
+        # Not a launcher to check: the build broke before its first TU (its setup.py, its
+        # configure after the compiler checks it made through the wrapper), as it would
+        # unsharded.
+        broke_early = True
         reasons.append(
-            f"the build failed (exit {exit_code}) before it compiled anything through the "
-            "seat wrapper; its last lines: " + (" | ".join(last) or "(none)")
+            f"the build failed (exit {exit_code}) before it compiled any of its TUs; "
+            + _last_lines(build_log)
         )
     elif not wrapper_records:
         reasons.append(
@@ -296,7 +310,7 @@ def shard_gate(
         names = ", ".join(str(record.get("tu")) for record in failed[:5])
         reasons.append(f"{len(failed)} TU compile(s) failed in the wrapper: {names}")
     missing = missing_compiles(expected, wrapper_records) if expected is not None else []
-    if missing and wrapper_records and not failed:
+    if missing and wrapper_records and not failed and not broke_early:
         names = ", ".join(sorted({compile_.tu for compile_ in missing})[:10])
         reasons.append(
             f"{len(missing)} of the {len(expected or ())} compile(s) of this shard's slice "

@@ -1,0 +1,85 @@
+"""The Pythons a package says it supports, checked against a cell's before it is built.
+
+A package whose ``requires-python`` excludes the cell's interpreter cannot give that cell
+a wheel: meson-python refuses after the environment is made and the project configured
+(pywavelets 1.10 on Python 3.11: numpy and Cython installed, meson run, then "requires
+Python version >=3.12"), setuptools builds a wheel pip will not install. A sharded build
+learnt it from each shard's gate, which found its slice never compiled. kiln reads the
+constraint where a frontend would, before any of that work:
+
+* ``[project] requires-python`` in ``pyproject.toml``, unless the project marks it
+  ``dynamic``;
+* otherwise ``Requires-Python`` in the sdist's ``PKG-INFO`` (what setuptools' own
+  ``python_requires`` becomes in an sdist). A checkout whose setup.py alone says it is
+  not read: only running setup.py would tell.
+
+A constraint that is not a version specifier is left to the backend, which refuses it
+with its own message.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from email.parser import HeaderParser
+from pathlib import Path
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from wheelkiln.errors import BuildError
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A package's supported Pythons, and where it says so."""
+
+    specifier: str
+    where: str
+    """``<file>: <key>``, as an error names it."""
+
+
+def read_constraint(tree: Path) -> Constraint | None:
+    """The package's ``requires-python`` (module doc); None where it states none."""
+    pyproject = tree / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        project = None  # none, or unreadable: read_build_system says which
+    if isinstance(project, dict):
+        dynamic = project.get("dynamic")
+        declared = project.get("requires-python")
+        if isinstance(declared, str) and not (
+            isinstance(dynamic, list) and "requires-python" in dynamic
+        ):
+            return Constraint(declared, f"{pyproject}: [project] requires-python")
+    pkg_info = tree / "PKG-INFO"
+    try:
+        headers = HeaderParser().parsestr(pkg_info.read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    declared = headers.get("Requires-Python")
+    if declared is None or not str(declared).strip():
+        return None
+    return Constraint(str(declared).strip(), f"{pkg_info}: Requires-Python")
+
+
+def check_requires_python(tree: Path, version: str, cell_id: str) -> None:
+    """Raise :class:`BuildError` when the package in *tree* excludes Python *version*
+    (the cell's interpreter, e.g. ``3.11.7``), before anything is built for it."""
+    constraint = read_constraint(tree)
+    if constraint is None:
+        return
+    try:
+        allowed = SpecifierSet(constraint.specifier)
+        excluded = not allowed.contains(Version(version), prereleases=True)
+    except (InvalidSpecifier, InvalidVersion):
+        return
+    if excluded:
+        minor = ".".join(version.split(".")[:2])
+        raise BuildError(
+            f"The package supports Python {constraint.specifier} ({constraint.where}); "
+            f"cell {cell_id} builds with Python {version}, so no wheel can be made for it.",
+            hint=f"Pick a cell with a Python it supports (--cell python=X.Y), or take "
+            f"{minor} out of the recipe's [matrix] python.",
+        )
