@@ -37,7 +37,12 @@ class JobSetup:
     """How kiln sets up one job; never a user setting."""
 
     suffix: str = ""
-    """Appended to the cell id to name the job directory (:func:`wheelkiln.cells.shard_job_suffix`, ``link``)."""
+    """Appended to the cell id to name the job directory (:func:`wheelkiln.cells.shard_job_suffix`)
+    and its steps (``link``)."""
+    in_cell_directory: bool = False
+    """Build in the cell's own job directory, the one an unsharded build uses, whatever
+    the suffix (the link job): a package that records its build's directories in the
+    wheel (contourpy's ``_build_config.py``) then makes the same wheel either way."""
     seat_wrapper: bool = False
     """Put the seat wrapper in front of every compiler (shard jobs)."""
     extra_env: Mapping[str, str] = field(default_factory=dict)
@@ -204,6 +209,7 @@ def link_job(
         recache=False,
         job=JobSetup(
             suffix="link",
+            in_cell_directory=True,
             extra_env={**options.job.extra_env, **extra_env},
             quiet=options.job.quiet,
         ),

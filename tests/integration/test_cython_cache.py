@@ -143,7 +143,7 @@ def test_sharded_three_ways_link_has_no_misses_of_either_kind(
     assert (link["cache"]["hits"], link["cache"]["misses"]) == (8, 0), link["cache"]
     assert run_wheel(link["wheel"]["path"], tmp_path) == expected_checksum(tree)
     # The link job's tree is not the cold build's: its hits wrote the same C all the same.
-    assert _generated_c(tmp_path / "work", "link") == _generated_c(cython_cold["work"])
+    assert _generated_c(tmp_path / "work") == _generated_c(cython_cold["work"])
 
 
 def test_in_process_cythonize_hits_from_another_directory(

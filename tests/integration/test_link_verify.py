@@ -323,3 +323,41 @@ def test_a_package_that_excludes_the_cells_python_is_refused_before_any_build(
         # Refused before its tree was copied, its environment made or a shard started.
         assert not (tmp_path / "work").exists() or not any((tmp_path / "work").iterdir())
         assert not (tmp_path / "dist").exists()
+
+
+def test_a_package_that_records_its_build_directory_ships_the_same_wheel_sharded(
+    kiln: Kiln, tmp_path: Path
+) -> None:
+    # contourpy's _build_config.py names its build and source directories: kiln refused
+    # its wheel, unsharded and sharded, and the link job (in a directory of its own) would
+    # have recorded another one than the unsharded build.
+    tree = tiny_package(tmp_path)
+    setup = tree / "setup.py"
+    setup.write_text(
+        "import os, pathlib\n"
+        "pathlib.Path('src/kiln_tiny/_where.py').write_text(f'BUILT_IN = {os.getcwd()!r}\\n')\n"
+        + setup.read_text()
+    )
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    work = tmp_path / "work"
+    one = kiln("build", recipe, "--json", "--out", tmp_path / "one", "--workdir", work,
+               "--no-wheel-cache")
+    sharded = kiln("build", recipe, "--shards", "2", "--json", "--out", tmp_path / "two",
+                   "--workdir", work)
+    built_in = os.path.realpath(work / "kiln-tiny-py3.11-linux-x86_64" / "src")
+    records = [json.loads(one.stdout), json.loads(sharded.stdout)["link"]]
+    for result, record in zip((one, sharded), records, strict=True):
+        with zipfile.ZipFile(record["wheel"]["path"]) as wheel:
+            assert wheel.read("kiln_tiny/_where.py").decode() == f"BUILT_IN = {built_in!r}\n"
+        assert record["verify"]["build_directory_named_in"] == ["kiln_tiny/_where.py"]
+        assert "note: kiln_tiny/_where.py record(s) where the package was built" in " ".join(
+            result.stderr.split()
+        )
+    assert records[1]["cache"]["misses"] == 0
+    with zipfile.ZipFile(records[1]["wheel"]["path"]) as wheel:
+        wheel.extractall(tmp_path / "site")
+    answer = subprocess.run(
+        [sys.executable, "-c", "from kiln_tiny import answer; print(answer())"],
+        cwd=tmp_path / "site", capture_output=True, text=True, check=False,
+    )
+    assert answer.stdout.strip() == "42", answer.stderr

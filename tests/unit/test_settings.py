@@ -67,8 +67,9 @@ def test_derived_jobs_keep_every_setting_they_do_not_change(tmp_path: Path) -> N
                     extra_env={"CCACHE_LOGFILE": "log"})
     assert fields(link) == kept
     assert (link.cache_dir, link.workdir, link.recache) == (tmp_path / "m", tmp_path / "x", False)
-    assert link.job == JobSetup(suffix="link", extra_env={"A": "1", "CCACHE_LOGFILE": "log"},
-                                quiet=True)
+    # The link job builds where an unsharded build of the cell does.
+    assert link.job == JobSetup(suffix="link", in_cell_directory=True,
+                                extra_env={"A": "1", "CCACHE_LOGFILE": "log"}, quiet=True)
 
     def prepare(tree: Path) -> bool:
         del tree

@@ -59,3 +59,41 @@ def test_debug_info_is_not_searched_but_an_rpath_is(tmp_path: Path) -> None:
     wheel = _wheel(tmp_path / "r.whl", {"pkg/r.so": (job / "r.so").read_bytes()})
     with pytest.raises(BuildError, match=r"pkg/r\.so"):
         check_no_work_directory(wheel, [work])
+    with pytest.raises(BuildError, match=r"pkg/r\.so"):  # even the job's own: no object
+        check_no_work_directory(wheel, [work], own=work / "cell")
+
+
+def test_a_package_may_record_the_directory_it_was_built_in(tmp_path: Path) -> None:
+    # contourpy 1.3.3's _build_config.py, as meson's configure_file writes it.
+    work = tmp_path / "work"
+    own = work / "contourpy-py3.11-linux-x86_64"
+    config = (
+        f'build_dir=r"{own}/build/lib/contourpy/util",\n'
+        f'source_dir=r"{own}/src/lib/contourpy/util",\n'
+        f'python_path=r"{work}/.envs/6ed332d13f8ea221/bin/python",\n'
+    ).encode()
+    files = {"contourpy/__init__.py": b"", "contourpy/util/_build_config.py": config}
+    wheel = _wheel(tmp_path / "c.whl", files)
+    assert check_no_work_directory(wheel, [work], own=own) == ["contourpy/util/_build_config.py"]
+    with pytest.raises(BuildError, match=r"contourpy/util/_build_config\.py"):
+        check_no_work_directory(wheel, [work], own=work / "other")  # not the maker's own
+
+
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        "contourpy-py3.11-linux-x86_64-shard-0-of-3/build",  # another job's, named alike
+        "contourpy-py3.11-linux-x86_64-link/kiln-bin/cc",
+        "somewhere-else/x",
+    ],
+)
+def test_no_other_directory_of_the_workdir_may_be_named(tmp_path: Path, elsewhere: str) -> None:
+    work = tmp_path / "work"
+    own = work / "contourpy-py3.11-linux-x86_64"
+    config = f'build_dir=r"{own}/build"\nother=r"{work}/{elsewhere}"\n'.encode()
+    wheel = _wheel(tmp_path / "d.whl", {"contourpy/util/_build_config.py": config})
+    with pytest.raises(BuildError) as error:
+        check_no_work_directory(wheel, [work], own=own)
+    assert error.value.message == (
+        f"d.whl: 1 file(s) name the kiln work directory {work}: contourpy/util/_build_config.py."
+    )

@@ -202,7 +202,7 @@ def _build_cell(
         probes.start_job()
     recipe = loaded.recipe
     workdir = resolve_workdir(options.workdir)
-    job_dir = job_directory(workdir, cell, options.job.suffix)
+    job_dir = job_directory(workdir, cell, "" if options.job.in_cell_directory else options.job.suffix)
     tree = job_dir / "src"
     title = f"{cell.id} {options.job.suffix}".rstrip()
     check_recipe_env(recipe.build.env, loaded.path)  # before any work

@@ -67,11 +67,20 @@ def verify_wheel(outcome: BuildOutcome, loaded: LoadedRecipe, *, smoke: bool) ->
             hint=f"See the build log: {outcome.log_path}",
         )
     check_contents(outcome.wheel, loaded.recipe.verify)
-    check_no_work_directory(outcome.wheel.path, [outcome.job_dir.parent])
+    recorded = check_no_work_directory(
+        outcome.wheel.path, [outcome.job_dir.parent], own=outcome.job_dir
+    )
     result: dict[str, Any] = {
         "contents": "passed",
         "extension_modules": list(loaded.recipe.verify.extension_modules),
+        "build_directory_named_in": recorded,
     }
+    if recorded:
+        ui.info(
+            f"note: {', '.join(recorded[:3])} record(s) where the package was built "
+            f"({outcome.job_dir}), as the package does under pip: a build in another work "
+            "directory writes another path there."
+        )
     if smoke:
         result["smoke"] = smoke_test(outcome.wheel.path, loaded, outcome.cell)
     return result
@@ -269,9 +278,12 @@ def _blank_debug_sections(data: bytes) -> bytes:
         return data  # not a well-formed ELF file: search all of it
 
 
-def check_no_work_directory(wheel: Path, work_dirs: Sequence[Path]) -> None:
+def check_no_work_directory(
+    wheel: Path, work_dirs: Sequence[Path], own: Path | None = None
+) -> list[str]:
     """No file in *wheel* names a kiln work directory (a job's private copy of the tree,
-    its build directory, its compiler front scripts).
+    its build directory, its compiler front scripts), but for a package's own record of
+    where it was built; return the files that hold one.
 
     A wheel that names one ships the build machine's layout: meson's ``__config__.py``
     recorded ``<workdir>/<cell>/kiln-bin/cc``, so the sharded wheel (from the link job's
@@ -279,20 +291,40 @@ def check_no_work_directory(wheel: Path, work_dirs: Sequence[Path]) -> None:
     (:func:`_blank_debug_sections`), nor the build environments as the build sees them
     (``<workdir>/.envs/<key>``, :func:`wheelkiln.paths.envs_view`): an environment's
     path is the same in every job of the workdir, as ``$KILN_HOME/envs`` was before.
+
+    *own* is the directory of the job that made the wheel, the cell's own (an unsharded
+    build and a link job build there). A file that is no compiled object may name it:
+    some packages record where they were built by design (contourpy's
+    ``_build_config.py``: its build and source directories, its meson options), as their
+    wheels from pip record pip's directory; the unsharded and the sharded wheel name the
+    same one. A compiled object may not (an RPATH into the build directory loads nothing
+    on another machine), nor may any file name another job's directory (a shard's).
     """
     names = {str(path) for path in work_dirs} | {os.path.realpath(path) for path in work_dirs}
     view = re.escape(f"/{ENVS_VIEW}/".encode())
     needles = [
         re.compile(re.escape(name.encode()) + b"(?!" + view + b")") for name in sorted(names)
     ]
+    own_names = {str(own), os.path.realpath(own)} if own is not None else set()
+    # The directory itself, or a path below it: not a sibling whose name it begins.
+    ours = [re.compile(re.escape(name.encode()) + rb"(?![A-Za-z0-9._-])") for name in own_names]
     found: list[str] = []
+    recorded: list[str] = []
     with zipfile.ZipFile(wheel) as archive:
         for member in archive.infolist():
             if member.is_dir():
                 continue
             data = _blank_debug_sections(archive.read(member))
-            if any(needle.search(data) for needle in needles):
-                found.append(member.filename)
+            if not any(needle.search(data) for needle in needles):
+                continue
+            if ours and not data.startswith(OBJECT_MAGIC):
+                rest = data
+                for pattern in ours:
+                    rest = pattern.sub(b"", rest)
+                if not any(needle.search(rest) for needle in needles):
+                    recorded.append(member.filename)
+                    continue
+            found.append(member.filename)
     if found:
         shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
         raise BuildError(
@@ -302,3 +334,4 @@ def check_no_work_directory(wheel: Path, work_dirs: Sequence[Path]) -> None:
             "path (a compiler command, an RPATH, a generated config file) and make it "
             "record a stable one.",
         )
+    return recorded

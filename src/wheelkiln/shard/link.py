@@ -194,8 +194,10 @@ def run_link(
     smoke: bool = False,
 ) -> LinkResult:
     workdir = resolve_workdir(options.workdir)
-    job_dir = job_directory(workdir, cell, "link")
-    cache_dir = (options.cache_dir or job_dir.with_name(job_dir.name + ".cache")).resolve()
+    # The link job builds in the cell's own directory (JobSetup.in_cell_directory); what
+    # only it has (the merged cache, the shards' logs, ccache's log) is named for it.
+    linked = job_directory(workdir, cell, "link")
+    cache_dir = (options.cache_dir or linked.with_name(linked.name + ".cache")).resolve()
     shutil.rmtree(cache_dir, ignore_errors=True)
     cache_dir.mkdir(parents=True)
     if not shards_dir.is_dir():
@@ -225,7 +227,7 @@ def run_link(
     # Probed once for the job: the fingerprint shards must match, and the build's record.
     toolchain = job_toolchain(loaded, options)
     own = toolchain_fingerprint(loaded, cell, toolchain.versions)
-    extras = job_dir.with_name(job_dir.name + ".shards")
+    extras = linked.with_name(linked.name + ".shards")
     shutil.rmtree(extras, ignore_errors=True)
     merged: list[int] = []
     through_remote: list[int] = []
@@ -258,7 +260,7 @@ def run_link(
         shard_logs[index] = _shard_log(archive, extras / str(index))
         merged.append(index)
     # ccache's log only for a second pass over missed TUs (wheelkiln.shard.explain).
-    ccache_log = job_dir.with_name(job_dir.name + ".ccache.log")
+    ccache_log = linked.with_name(linked.name + ".ccache.log")
     ccache_log.unlink(missing_ok=True)
     extra_env: dict[str, str] = {}
     if through_remote and through_remote == merged and options.cache == "ccache":
