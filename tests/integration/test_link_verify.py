@@ -361,3 +361,32 @@ def test_a_package_that_records_its_build_directory_ships_the_same_wheel_sharded
         cwd=tmp_path / "site", capture_output=True, text=True, check=False,
     )
     assert answer.stdout.strip() == "42", answer.stderr
+
+
+def test_a_sharded_lto_build_says_the_link_job_generates_the_code(
+    kiln: Kiln, tmp_path: Path
+) -> None:
+    # rapidfuzz compiles every TU with -flto: its link job took 172 s with 10 hits and no
+    # miss, and nothing said why.
+    tree = tiny_package(tmp_path)
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    recipe.write_text(recipe.read_text().replace('frontend = "pip"\n',
+                                                 'frontend = "pip"\nenv = { CFLAGS = "-flto" }\n'))
+    result = kiln("build", recipe, "--shards", "3", "--json", "--out", tmp_path / "dist",
+                  "--workdir", tmp_path / "work")
+    link = json.loads(result.stdout)["link"]
+    assert link["link"]["lto"] == {"tus": 3, "lto_tus": 3}
+    assert (link["cache"]["hits"], link["cache"]["misses"]) == (3, 0)
+    assert (f"LTO: 3 of the 3 TUs the shards compiled are -flto objects, whose machine code "
+            f"the link job generates when it links them (its {link['wall_seconds']:.1f} s)"
+            ) in " ".join(result.stderr.split())
+    with zipfile.ZipFile(link["wheel"]["path"]) as wheel:
+        wheel.extractall(tmp_path / "site")
+    answer = subprocess.run(
+        [sys.executable, "-c", "from kiln_tiny import answer; print(answer())"],
+        cwd=tmp_path / "site", capture_output=True, text=True, check=False,
+    )
+    assert answer.stdout.strip() == "42", answer.stderr
+    # What the cache handed the link job: GCC's LTO objects, code still to be generated.
+    objects = sorted((tmp_path / "work" / "kiln-tiny-py3.11-linux-x86_64" / "src").rglob("*.o"))
+    assert len(objects) == 3 and all(b".gnu.lto_" in o.read_bytes() for o in objects), objects

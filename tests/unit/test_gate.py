@@ -613,3 +613,4 @@ def test_a_build_that_failed_after_its_compiler_checks_is_said_to_have_failed() 
     assert "never ran (the build stopped before them): pywt/_extensions/c/wt.c" in (
         shard_gate(1, log, [], reached, slice_).reasons[0]
     )
+

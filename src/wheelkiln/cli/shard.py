@@ -191,6 +191,7 @@ def link(
     from wheelkiln.settings import resolve_build_settings
     from wheelkiln.shard.ledger import describe_ledger
     from wheelkiln.shard.link import run_link
+    from wheelkiln.shard.lto import describe_lto
 
     shards_dir, option = renamed(archives_dir, former_shards, "--archives", "--shards")
     if shards_dir is None:
@@ -228,6 +229,9 @@ def link(
         ("record", str(result.record_path)),
     ]
     ui.console.print(summary_table("kiln link", rows))
+    lto = describe_lto(result.record["link"].get("lto"), result.outcome.wall_seconds)
+    if lto is not None:
+        ui.info(lto)
     for missed in gate.missed:
         shard_text = f"shard {missed['shard'] + 1}" if missed["shard"] is not None else "no shard"
         ui.info(escape(f"  missed {missed['tu']} ({shard_text}): {missed['difference']}"))

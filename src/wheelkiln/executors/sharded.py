@@ -27,6 +27,7 @@ from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.settings import BuildOptions
 from wheelkiln.shard.ledger import describe_ledger
+from wheelkiln.shard.lto import describe_lto
 
 
 def shards_directory(workdir: Path, cell: Cell, count: int) -> Path:
@@ -286,6 +287,9 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     ledger = link.get("link", {}).get("ledger")
     if ledger is not None:
         lines.append(f"ledger: {describe_ledger(ledger)}")
+    lto = describe_lto(link.get("link", {}).get("lto"), link["wall_seconds"])
+    if lto is not None:
+        lines.append(lto)
     verdict = (
         "[green]link gate passed[/green]" if report["gate"]["passed"] else "[red]gate failed[/red]"
     )

@@ -62,6 +62,7 @@ from wheelkiln.shard.gate import LinkGateResult, link_gate, shard_refusal
 from wheelkiln.shard.handoff import DEFAULT_MAX_HANDOFF_BYTES, RemoteHandoff, read_handoff
 from wheelkiln.shard.job import toolchain_fingerprint
 from wheelkiln.shard.ledger import compile_ledger
+from wheelkiln.shard.lto import lto_summary
 from wheelkiln.shard.partition import tu_key
 from wheelkiln.shard.trace import write_job_trace
 from wheelkiln.shard.wrapper_log import WRAPPER_LOG, WrapperRecord, parse_wrapper_log
@@ -333,6 +334,7 @@ def run_link(
                 else None,
                 "gate": {"passed": gate.passed, "problems": gate.problems, "missed": missed},
                 "ledger": ledger.as_dict(),
+                "lto": lto_summary(shard_logs),
             }
         },
     )
