@@ -369,8 +369,8 @@ def test_no_link_task_is_submitted_when_no_shard_passed(
     assert f"No shard of {TINY_CELL} passed, so its link job did not run" in message
     for label in ("1/2", "2/2"):  # each in one line, as a local shard's failure is
         assert (f"- shard {label}: failed its gate: the build failed (exit 1) before it "
-                "compiled anything through the seat wrapper; its last lines: kiln-tiny is "
-                "broken on purpose (build log on tcp://127.0.0.1:") in message
+                "compiled any of its TUs; its last lines: kiln-tiny is broken on purpose "
+                "(build log on tcp://127.0.0.1:") in message
     assert "│" not in result.stderr.split("passed, so its link job did not run")[1]
     assert "kiln link" not in result.stderr and not (tmp_path / "dist").exists()
     report: dict[str, Any] = json.loads(result.stdout)

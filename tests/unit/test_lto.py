@@ -25,5 +25,9 @@ def test_lto_objects_are_counted_from_the_shards_compile_records() -> None:
         "link job generates when it links them (its 172.2 s): no shard and no cache takes "
         "that part"
     )
+    assert describe_lto(summary, None) == (
+        "LTO: 1 of the 2 TUs the shards compiled are -flto objects, whose machine code the "
+        "link job generates when it links them: no shard and no cache takes that part"
+    )
     assert describe_lto({"tus": 2, "lto_tus": 0}, 1.0) is None
     assert describe_lto(None, 1.0) is None

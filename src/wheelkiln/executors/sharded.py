@@ -287,7 +287,7 @@ def summary_lines(report: dict[str, Any]) -> list[str]:
     ledger = link.get("link", {}).get("ledger")
     if ledger is not None:
         lines.append(f"ledger: {describe_ledger(ledger)}")
-    lto = describe_lto(link.get("link", {}).get("lto"), link["wall_seconds"])
+    lto = describe_lto(link.get("link", {}).get("lto"), link.get("wall_seconds"))
     if lto is not None:
         lines.append(lto)
     verdict = (

@@ -43,12 +43,13 @@ def lto_summary(shard_logs: Mapping[int, Iterable[WrapperRecord]]) -> dict[str, 
     return {"tus": len(compiled), "lto_tus": len(lto)}
 
 
-def describe_lto(summary: Mapping[str, Any] | None, link_seconds: float) -> str | None:
+def describe_lto(summary: Mapping[str, Any] | None, link_seconds: float | None) -> str | None:
     """A summary line where the shards compiled LTO objects; None where they did not."""
     if not summary or not summary.get("lto_tus"):
         return None
+    took = f" (its {link_seconds:.1f} s)" if link_seconds is not None else ""
     return (
         f"LTO: {summary['lto_tus']} of the {summary['tus']} TUs the shards compiled are "
-        f"-flto objects, whose machine code the link job generates when it links them "
-        f"(its {link_seconds:.1f} s): no shard and no cache takes that part"
+        f"-flto objects, whose machine code the link job generates when it links them"
+        f"{took}: no shard and no cache takes that part"
     )
