@@ -43,6 +43,16 @@ def envs_view(workdir: Path) -> Path:
     return workdir / ENVS_VIEW
 
 
+CUDA_VIEWS = ".cuda"
+
+
+def cuda_views(workdir: Path) -> Path:
+    """Where builds in *workdir* find the CUDA toolkit views around kiln's nvcc front
+    (:func:`wheelkiln.builder.toolchain.cuda_toolkit_view`): inside the compiler cache's
+    base directory, as :func:`envs_view` is, for the same reason."""
+    return workdir / CUDA_VIEWS
+
+
 def smoke_envs_dir() -> Path:
     """Smoke-test venvs: the build interpreter plus a wheel's runtime requirements."""
     return kiln_home() / "smoke-envs"

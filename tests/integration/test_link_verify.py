@@ -390,3 +390,38 @@ def test_a_sharded_lto_build_says_the_link_job_generates_the_code(
     # What the cache handed the link job: GCC's LTO objects, code still to be generated.
     objects = sorted((tmp_path / "work" / "kiln-tiny-py3.11-linux-x86_64" / "src").rglob("*.o"))
     assert len(objects) == 3 and all(b".gnu.lto_" in o.read_bytes() for o in objects), objects
+
+
+@pytest.mark.cuda
+def test_a_package_that_finds_the_toolkit_from_nvcc_on_path_finds_it(
+    kiln: Kiln, tmp_path: Path
+) -> None:
+    # pycuda's CUDA_ROOT defaults to dirname(nvcc)/.. for the nvcc on PATH, which is kiln's
+    # front: it took $KILN_HOME/bin for the toolkit ("cuda.h: No such file or directory"),
+    # unsharded and in every shard, where a build without kiln finds the toolkit.
+    tree = tiny_package(tmp_path)
+    (tree / "csrc" / "c.c").write_text("#include <cuda.h>\nint part_c(void) { return CUDA_VERSION; }\n")
+    (tree / "setup.py").write_text(
+        "import os, shutil\nfrom setuptools import Extension, setup\n"
+        "root = os.path.realpath(os.path.join(os.path.dirname(shutil.which('nvcc')), '..'))\n"
+        "setup(package_dir={'': 'src'}, packages=['kiln_tiny'], ext_modules=[Extension("
+        "'kiln_tiny._native', ['csrc/module.c', 'csrc/b.c', 'csrc/c.c'], "
+        "include_dirs=[os.path.join(root, 'include')])])\n"
+    )
+    recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
+    version = re.search(r"#define CUDA_VERSION (\d+)", Path(
+        subprocess.run([sys.executable, "-c", "from wheelkiln.builder.toolchain import find_nvcc, "
+                        "toolkit_home; print(toolkit_home(find_nvcc()))"], capture_output=True,
+                       text=True, check=True).stdout.strip(), "include", "cuda.h").read_text())
+    assert version is not None
+    report = kiln.json("build", recipe, "--shards", "2", "--out", tmp_path / "dist",
+                       "--workdir", tmp_path / "work")
+    link = report["link"]
+    assert link["cache"]["misses"] == 0
+    with zipfile.ZipFile(link["wheel"]["path"]) as wheel:
+        wheel.extractall(tmp_path / "site")
+    answer = subprocess.run(
+        [sys.executable, "-c", "from kiln_tiny import answer; print(answer())"],
+        cwd=tmp_path / "site", capture_output=True, text=True, check=False,
+    )
+    assert answer.stdout.strip() == str(41 + int(version[1])), answer.stderr

@@ -301,7 +301,7 @@ def test_torch_ninja_extension_shards_through_pytorch_nvcc(
     assert not re.search(r"(?m)^\s*(?:\S*/)?(?:ccache|sccache) \S*(?:ccache|sccache)\b", build_log)
     ninja_file = next((tmp_path / "refwork").rglob("build.ninja"))
     ninja_text = ninja_file.read_text()
-    assert re.search(r"(?m)^nvcc = \S*/bin/[0-9a-f]{20}/nvcc$", ninja_text), "PYTORCH_NVCC is the shim"
+    assert re.search(r"(?m)^nvcc = \S*/\.cuda/[0-9a-f]{20}/bin/nvcc$", ninja_text), "PYTORCH_NVCC is the shim"
     assert re.search(r"(?m)^cxx = \S*/bin/[0-9a-f]{20}/c\+\+$", ninja_text), "no ccache before CXX"
 
     report = kiln.json("build", recipe, "--shards", str(SHARDS), "--out", tmp_path / "sharded",
@@ -357,7 +357,8 @@ def test_torch_scatter_shards_through_cuda_home_nvcc(
     tus = 10  # FORCE_ONLY_CUDA: 3 .cu, 3 binding .cpp, 3 cpu/*.cpp, version.cpp
     assert reference["cache"]["misses"] == tus, reference["cache"]
     log = Path(reference["log"]).read_text(errors="replace")
-    assert "/cuda-home/bin/nvcc" in log, "the no-ninja path ran $CUDA_HOME/bin/nvcc: the shim"
+    view_nvcc = r"/\.cuda/[0-9a-f]{20}/bin/nvcc"
+    assert re.search(view_nvcc, log), "the no-ninja path ran $CUDA_HOME/bin/nvcc: the shim"
 
     report = kiln.json("build", recipe, "--shards", "3", "--out", tmp_path / "sharded",
                        "--workdir", tmp_path / "work")
@@ -508,7 +509,12 @@ def test_cuda_home_names_the_toolkit_not_the_shim(tmp_path: Path) -> None:
     home = Path(env["CUDA_HOME"])
     assert (home / "bin" / "nvcc").is_file() and str(tmp_path) not in str(home)
     shim = Path(env["PYTORCH_NVCC"])
-    assert shim.name == "nvcc" and shim.parent.parent == tmp_path / "bin"
+    assert shim.name == "nvcc" and shim.parents[2] == tmp_path / "bin"
+    # nvcc on PATH sits in a toolkit: dirname(nvcc)/.. (pycuda's CUDA_ROOT) has its headers,
+    # found through realpath too.
+    assert env["KILN_PATH_PREPEND"] == str(shim.parent)
+    for found in (shim, Path(os.path.realpath(shim))):
+        assert (found.parent.parent / "include" / "cuda.h").is_file()
     shimmed = toolchain_environment(Launch(str(_fake_cache(tmp_path))), "setuptools",
                                     tmp_path / "job" / "kiln-bin", cuda_home_nvcc=True,
                                     scripts_dir=tmp_path / "bin")

@@ -61,6 +61,16 @@ def test_debug_info_is_not_searched_but_an_rpath_is(tmp_path: Path) -> None:
         check_no_work_directory(wheel, [work])
     with pytest.raises(BuildError, match=r"pkg/r\.so"):  # even the job's own: no object
         check_no_work_directory(wheel, [work], own=work / "cell")
+    # An RPATH into the build environment or the CUDA view loads nothing elsewhere either,
+    # where a config file may name them.
+    for view in (".envs/0d1b2e00dbb51309/lib", ".cuda/38a0018d144a410bc5c9/lib64"):
+        subprocess.run(["gcc", "-shared", "-fPIC", "m.c", "-o", "v.so", f"-Wl,-rpath,{work}/{view}"],
+                       cwd=job, check=True)
+        wheel = _wheel(tmp_path / "v.whl", {"pkg/v.so": (job / "v.so").read_bytes(),
+                                             "pkg/config.py": f"LIB = '{work}/{view}'".encode()})
+        with pytest.raises(BuildError) as error:
+            check_no_work_directory(wheel, [work], own=work / "cell")
+        assert error.value.message.endswith(f"name the kiln work directory {work}: pkg/v.so.")
 
 
 def test_a_package_may_record_the_directory_it_was_built_in(tmp_path: Path) -> None:

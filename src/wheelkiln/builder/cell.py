@@ -55,6 +55,7 @@ from wheelkiln.cache.registry import make_backend
 from wheelkiln.cache.remote import RemotePlan, plan_remote
 from wheelkiln.cells import Cell
 from wheelkiln.paths import (
+    cuda_views,
     default_cache_dir,
     envs_dir,
     envs_view,
@@ -274,6 +275,7 @@ def _build_cell(
         job_dir / "kiln-bin",
         cuda_home_nvcc=recipe.build.cuda_home_nvcc,
         build_env=seen.path,
+        cuda_views=cuda_views(workdir),
         environ=env,
     )
     prepend = tool_env.pop("KILN_PATH_PREPEND", None)

@@ -254,6 +254,9 @@ FRONT_CACHE = "KILN_FRONT_CACHE"
 """The compiler cache the CC/CXX scripts compile through (unset: straight to the compiler)."""
 FRONT_SEAT = "KILN_FRONT_SEAT"
 """The seat wrapper's script, which the CC/CXX scripts hand every call to in shard jobs."""
+FRONT_NVCC = "KILN_FRONT_NVCC"
+"""What the nvcc front hands a compile to outside shard jobs: kiln's nvcc launcher in
+front of the cache (unset: straight to nvcc)."""
 
 
 def host_front_script(compiler: list[str], name: str | None = None) -> str:
@@ -352,6 +355,7 @@ def toolchain_environment(
     cuda_home_nvcc: bool = False,
     build_env: Path | None = None,
     scripts_dir: Path | None = None,
+    cuda_views: Path | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
     """Environment variables (and the front scripts they name) for one build.
@@ -363,8 +367,11 @@ def toolchain_environment(
     ``bin_dir`` (in the job's directory) holds only job-local helpers (the merged CUDA
     wheel headers, the CUDA_HOME shim). ``build_env`` is the cell's build environment:
     its NVIDIA wheels' headers go on CUDA_INC_PATH where the toolkit lacks them.
-    ``environ`` is the job's environment so far (default: kiln's own), which names the
-    compilers behind the fronts (:func:`host_compilers`).
+    ``cuda_views`` is where the toolkit view around the nvcc front goes
+    (:func:`cuda_toolkit_view`; default ``scripts_dir``); a job's is its workdir's
+    (:func:`wheelkiln.paths.cuda_views`). ``environ`` is the job's environment so far
+    (default: kiln's own), which names the compilers behind the fronts
+    (:func:`host_compilers`).
     """
     from wheelkiln import per_tu
     from wheelkiln.cache import launch as cache_launch
@@ -431,13 +438,14 @@ def toolchain_environment(
         return env
     if kind == "cmake":
         env["CUDACXX"] = nvcc
-    if launch.seat_wrapper:
-        shim_body = _exec_line([*seat_argv, nvcc])
-    else:
-        shim_body = probe_bypass_line([nvcc]) + _exec_line(
-            [*per_tu.launcher_argv(real_python()), launch.cache or "", nvcc]
+    if launch.cache is not None and not launch.seat_wrapper:
+        env[FRONT_NVCC] = str(
+            install_script(
+                scripts, "nvcc-launch", _exec_line([*per_tu.launcher_argv(real_python()), launch.cache])
+            )
         )
-    shim = install_script(scripts, "nvcc", shim_body)
+    view = cuda_toolkit_view(cuda_views or scripts, toolkit_home(nvcc), nvcc_front_script(nvcc))
+    shim = view / "bin" / "nvcc"
     env["PYTORCH_NVCC"] = str(shim)
     env["NVCC"] = str(shim)
     if kind != "cmake":
@@ -447,7 +455,7 @@ def toolchain_environment(
         if inc_path is not None:
             env["CUDA_INC_PATH"] = inc_path
     if cuda_home_nvcc:
-        env["CUDA_HOME"] = str(_cuda_home_shim(cuda_home(nvcc), bin_dir.parent / "cuda-home", shim))
+        env["CUDA_HOME"] = str(view)
     else:
         # Always say where the toolkit is. Without CUDA_HOME, torch.utils.cpp_extension
         # guesses it from `nvcc` on PATH, which is our shim in bin_dir, so it took the
@@ -519,18 +527,66 @@ def merge_cmake_args(users: str, kilns: str) -> str:
     return " ".join(part for part in (shlex.join(merged), kilns) if part)
 
 
-def _cuda_home_shim(real_home: Path, shim_home: Path, nvcc_shim: Path) -> Path:
-    """A CUDA_HOME whose bin/nvcc is ours and everything else links to the toolkit."""
-    shutil.rmtree(shim_home, ignore_errors=True)
-    (shim_home / "bin").mkdir(parents=True)
-    for entry in real_home.iterdir():
-        if entry.name != "bin":
-            (shim_home / entry.name).symlink_to(entry)
-    for tool in (real_home / "bin").iterdir():
-        if tool.name != "nvcc":
-            (shim_home / "bin" / tool.name).symlink_to(tool)
-    (shim_home / "bin" / "nvcc").symlink_to(nvcc_shim)
-    return shim_home
+def nvcc_front_script(nvcc: str) -> str:
+    """The body of the nvcc front on PATH (and as ``PYTORCH_NVCC``, ``$CUDA_HOME/bin/nvcc``):
+    the same bytes in shard and link jobs, wherever kiln and the cache are installed, as
+    :func:`host_front_script` is. In shard jobs it hands the call to the seat wrapper;
+    elsewhere to kiln's nvcc launcher (:data:`FRONT_NVCC`: it adds the depfile ccache's
+    depend mode reads, and moves ``NVCC_*FLAGS`` onto the command line), probes past
+    the cache. Its bytes make the path of the toolkit view it sits in
+    (:func:`cuda_toolkit_view`), which a package may compile against."""
+    real = shlex.quote(nvcc)
+    return (
+        f"# wheelkiln nvcc front: {nvcc}\n"
+        f'case "${SEAT_SWITCH}" in 1) exec "${FRONT_SEAT}" {real} "$@";; esac\n'
+        + probe_bypass_line([nvcc])
+        + f'exec ${{{FRONT_NVCC}:+"${FRONT_NVCC}"}} {real} "$@"'
+    )
+
+
+def cuda_toolkit_view(views_dir: Path, real_home: Path, front_body: str) -> Path:
+    """A CUDA toolkit directory whose ``bin/nvcc`` is kiln's front (*front_body*) and
+    whose every other entry links to the toolkit's (*real_home*), at
+    ``views_dir/<digest>``, the digest of the front and of what it mirrors.
+
+    The front's directory goes on PATH, and packages find the toolkit from ``nvcc`` on
+    PATH: pycuda's ``CUDA_ROOT`` defaults to ``dirname(nvcc)/..``, as torch's and CuPy's
+    guesses do without ``CUDA_HOME``. A front alone in a directory made that guess
+    ``$KILN_HOME/bin`` (pycuda: ``cuda.h: No such file or directory``), where a build
+    without kiln finds the toolkit. In this view it finds one, even through
+    ``realpath``: the front is a file of the view, not a link out of it. Such a package
+    compiles with ``-I<view>/include``: a job's views are in its workdir
+    (:func:`wheelkiln.paths.cuda_views`), inside the cache's base directory, so the flag
+    is written relative to the compile and hashes alike in every job and home, and the
+    front is one script for shard and link jobs, so the view is one path. The same view
+    is ``CUDA_HOME`` where a build runs ``$CUDA_HOME/bin/nvcc`` itself
+    (``cuda_home_nvcc``). Made once, atomically (parallel shard jobs make the same one).
+    """
+    import hashlib
+
+    entries = sorted(entry.name for entry in real_home.iterdir() if entry.name != "bin")
+    real_bin = real_home / "bin"
+    tools = sorted(t.name for t in real_bin.iterdir() if t.name != "nvcc") if real_bin.is_dir() else []
+    text = "#!/bin/sh\n" + front_body + "\n"
+    blob = "\0".join(["cuda-view", str(real_home), text, *entries, "bin:", *tools])
+    view = views_dir / hashlib.sha256(blob.encode()).hexdigest()[:20]
+    if (view / "bin" / "nvcc").is_file():
+        return view
+    staging = view.with_name(f".cuda.{os.getpid()}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "bin").mkdir(parents=True)
+    for name in entries:
+        (staging / name).symlink_to(real_home / name)
+    for name in tools:
+        (staging / "bin" / name).symlink_to(real_home / "bin" / name)
+    front = staging / "bin" / "nvcc"
+    front.write_text(text)
+    front.chmod(0o755)
+    try:
+        staging.rename(view)
+    except OSError:  # another job made it first: the same entries
+        shutil.rmtree(staging, ignore_errors=True)
+    return view
 
 
 def cython_fronts(scripts_dir: Path | None = None) -> tuple[list[str], str]:

@@ -35,7 +35,7 @@ from wheelkiln.builder.cell import BuildOutcome
 from wheelkiln.builder.environment import environment_key, interpreter_for
 from wheelkiln.cells import NO_TORCH, Cell
 from wheelkiln.errors import BuildError
-from wheelkiln.paths import ENVS_VIEW, smoke_envs_dir
+from wheelkiln.paths import CUDA_VIEWS, ENVS_VIEW, smoke_envs_dir
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.recipe.model import Verify
 from wheelkiln.wheels.facts import EMPTY_SHA256, WheelFacts, check_wheel
@@ -288,9 +288,13 @@ def check_no_work_directory(
     A wheel that names one ships the build machine's layout: meson's ``__config__.py``
     recorded ``<workdir>/<cell>/kiln-bin/cc``, so the sharded wheel (from the link job's
     directory) differed from the unsharded one. Debug sections are not searched
-    (:func:`_blank_debug_sections`), nor the build environments as the build sees them
-    (``<workdir>/.envs/<key>``, :func:`wheelkiln.paths.envs_view`): an environment's
-    path is the same in every job of the workdir, as ``$KILN_HOME/envs`` was before.
+    (:func:`_blank_debug_sections`). A file that is no compiled object may name the build
+    environments as the build sees them (``<workdir>/.envs/<key>``,
+    :func:`wheelkiln.paths.envs_view`; numpy's ``__config__.py`` records the build's
+    interpreter) and the CUDA toolkit views (``<workdir>/.cuda/<digest>``,
+    :func:`wheelkiln.paths.cuda_views`): each is the same path in every job of the
+    workdir. A compiled object may not: there it is an RPATH, which loads nothing on
+    another machine.
 
     *own* is the directory of the job that made the wheel, the cell's own (an unsharded
     build and a link job build there). A file that is no compiled object may name it:
@@ -301,10 +305,11 @@ def check_no_work_directory(
     on another machine), nor may any file name another job's directory (a shard's).
     """
     names = {str(path) for path in work_dirs} | {os.path.realpath(path) for path in work_dirs}
-    view = re.escape(f"/{ENVS_VIEW}/".encode())
+    views = b"|".join(re.escape(f"/{view}/".encode()) for view in (ENVS_VIEW, CUDA_VIEWS))
     needles = [
-        re.compile(re.escape(name.encode()) + b"(?!" + view + b")") for name in sorted(names)
+        re.compile(re.escape(name.encode()) + b"(?!" + views + b")") for name in sorted(names)
     ]
+    anywhere = [re.compile(re.escape(name.encode())) for name in sorted(names)]
     own_names = {str(own), os.path.realpath(own)} if own is not None else set()
     # The directory itself, or a path below it: not a sibling whose name it begins.
     ours = [re.compile(re.escape(name.encode()) + rb"(?![A-Za-z0-9._-])") for name in own_names]
@@ -315,9 +320,13 @@ def check_no_work_directory(
             if member.is_dir():
                 continue
             data = _blank_debug_sections(archive.read(member))
+            if data.startswith(OBJECT_MAGIC):
+                if any(needle.search(data) for needle in anywhere):
+                    found.append(member.filename)
+                continue
             if not any(needle.search(data) for needle in needles):
                 continue
-            if ours and not data.startswith(OBJECT_MAGIC):
+            if ours:
                 rest = data
                 for pattern in ours:
                     rest = pattern.sub(b"", rest)
