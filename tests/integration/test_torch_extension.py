@@ -542,3 +542,24 @@ def test_wheel_math_headers_go_on_cuda_inc_path(tmp_path: Path) -> None:
     assert cuda_inc_path(toolkit, None, bin_dir) is None
     (toolkit / "include" / "cublas_v2.h").write_text("")
     assert cuda_inc_path(toolkit, env, bin_dir) is None, "the toolkit's own headers win"
+
+
+def test_the_toolkit_view_is_made_once_and_mended_when_damaged(tmp_path: Path) -> None:
+    from wheelkiln.builder.toolchain import cuda_toolkit_view, nvcc_front_script
+
+    real = tmp_path / "cuda"
+    (real / "bin").mkdir(parents=True)
+    (real / "include").mkdir()
+    (real / "include" / "cuda.h").write_text("#define CUDA_VERSION 13000\n")
+    for tool in ("nvcc", "ptxas"):
+        (real / "bin" / tool).write_text("#!/bin/sh\n")
+    front = nvcc_front_script(str(real / "bin" / "nvcc"))
+    view = cuda_toolkit_view(tmp_path / "views", real, front)
+    assert (view / "include" / "cuda.h").read_text() == "#define CUDA_VERSION 13000\n"
+    assert os.path.realpath(view / "bin" / "ptxas") == str(real / "bin" / "ptxas")
+    assert not (view / "bin" / "nvcc").is_symlink() and os.access(view / "bin" / "nvcc", os.X_OK)
+    assert cuda_toolkit_view(tmp_path / "views", real, front) == view  # the same path again
+    (view / "bin" / "nvcc").unlink()
+    assert cuda_toolkit_view(tmp_path / "views", real, front) == view
+    assert (view / "bin" / "nvcc").read_text().startswith("#!/bin/sh\n# wheelkiln nvcc front: ")
+    assert sorted(p.name for p in (tmp_path / "views").iterdir()) == [view.name]  # no leftovers

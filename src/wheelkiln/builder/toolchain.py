@@ -18,6 +18,7 @@ compiler the package's build system calls.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -365,7 +366,7 @@ def toolchain_environment(
     nvcc, which needs a single path. The scripts go to content-addressed paths under
     ``scripts_dir`` (default :func:`front_scripts_dir`, see :func:`install_script`);
     ``bin_dir`` (in the job's directory) holds only job-local helpers (the merged CUDA
-    wheel headers, the CUDA_HOME shim). ``build_env`` is the cell's build environment:
+    wheel headers, CMake's launchers). ``build_env`` is the cell's build environment:
     its NVIDIA wheels' headers go on CUDA_INC_PATH where the toolkit lacks them.
     ``cuda_views`` is where the toolkit view around the nvcc front goes
     (:func:`cuda_toolkit_view`; default ``scripts_dir``); a job's is its workdir's
@@ -458,8 +459,9 @@ def toolchain_environment(
         env["CUDA_HOME"] = str(view)
     else:
         # Always say where the toolkit is. Without CUDA_HOME, torch.utils.cpp_extension
-        # guesses it from `nvcc` on PATH, which is our shim in bin_dir, so it took the
-        # job directory for the toolkit ("nvcc not found at '<job>/bin/nvcc'").
+        # guesses it from `nvcc` on PATH, which is our front: a front alone in a
+        # directory made it take the job directory for the toolkit ("nvcc not found at
+        # '<job>/bin/nvcc'"); the toolkit view would do, but the toolkit is its name.
         env["CUDA_HOME"] = str(toolkit_home(nvcc))
     return env
 
@@ -584,8 +586,12 @@ def cuda_toolkit_view(views_dir: Path, real_home: Path, front_body: str) -> Path
     front.chmod(0o755)
     try:
         staging.rename(view)
-    except OSError:  # another job made it first: the same entries
-        shutil.rmtree(staging, ignore_errors=True)
+    except OSError:
+        if not (view / "bin" / "nvcc").is_file():  # not another job's: a damaged one
+            shutil.rmtree(view, ignore_errors=True)
+            with contextlib.suppress(OSError):  # a job making it this instant wins
+                staging.rename(view)
+        shutil.rmtree(staging, ignore_errors=True)  # another job made it first: the same
     return view
 
 
