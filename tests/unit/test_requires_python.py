@@ -71,3 +71,12 @@ def test_an_excluded_python_is_refused_naming_the_file_and_what_to_do(tmp_path: 
 def test_a_constraint_that_is_no_specifier_is_left_to_the_backend(tmp_path: Path) -> None:
     tree = _tree(tmp_path, '[project]\nname = "p"\nrequires-python = "three point twelve"\n')
     check_requires_python(tree, "3.11.7", "p-py3.11-linux-x86_64")
+
+
+def test_metadata_that_is_no_small_regular_file_is_not_read(tmp_path: Path) -> None:
+    # A source is untrusted: a link to /dev/zero would never end.
+    tree = tmp_path / "pkg"
+    tree.mkdir()
+    (tree / "pyproject.toml").symlink_to("/dev/zero")
+    (tree / "PKG-INFO").write_text("Requires-Python: >=3.12\n" + "x" * (2 << 20))
+    assert read_constraint(tree) is None

@@ -39,13 +39,28 @@ class Constraint:
     """``<file>: <key>``, as an error names it."""
 
 
+MOST_BYTES = 1 << 20
+"""A metadata file larger than this is not read here (the build reads it, or fails)."""
+
+
+def _small_text(path: Path) -> str | None:
+    """*path*'s text where it is a regular file of at most :data:`MOST_BYTES` (a source
+    is untrusted: a link to ``/dev/zero`` or a FIFO would never end); None otherwise."""
+    try:
+        if not path.is_file() or path.stat().st_size > MOST_BYTES:
+            return None
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+
+
 def read_constraint(tree: Path) -> Constraint | None:
     """The package's ``requires-python`` (module doc); None where it states none."""
     pyproject = tree / "pyproject.toml"
     try:
-        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project")
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-        project = None  # none, or unreadable: read_build_system says which
+        project = tomllib.loads(_small_text(pyproject) or "").get("project")
+    except tomllib.TOMLDecodeError:
+        project = None  # unreadable: read_build_system says why
     if isinstance(project, dict):
         dynamic = project.get("dynamic")
         declared = project.get("requires-python")
@@ -54,11 +69,10 @@ def read_constraint(tree: Path) -> Constraint | None:
         ):
             return Constraint(declared, f"{pyproject}: [project] requires-python")
     pkg_info = tree / "PKG-INFO"
-    try:
-        headers = HeaderParser().parsestr(pkg_info.read_text(encoding="utf-8", errors="replace"))
-    except OSError:
+    text = _small_text(pkg_info)
+    if text is None:
         return None
-    declared = headers.get("Requires-Python")
+    declared = HeaderParser().parsestr(text).get("Requires-Python")
     if declared is None or not str(declared).strip():
         return None
     return Constraint(str(declared).strip(), f"{pkg_info}: Requires-Python")
