@@ -26,6 +26,7 @@ import pytest
 from packaging.utils import canonicalize_name
 
 from tests.conftest import Kiln
+from wheelkiln.builder.toolchain import find_nvcc, toolkit_home
 
 pytestmark = pytest.mark.compile
 
@@ -409,10 +410,10 @@ def test_a_package_that_finds_the_toolkit_from_nvcc_on_path_finds_it(
         "include_dirs=[os.path.join(root, 'include')])])\n"
     )
     recipe = tiny_recipe(tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so"]')
-    version = re.search(r"#define CUDA_VERSION (\d+)", Path(
-        subprocess.run([sys.executable, "-c", "from wheelkiln.builder.toolchain import find_nvcc, "
-                        "toolkit_home; print(toolkit_home(find_nvcc()))"], capture_output=True,
-                       text=True, check=True).stdout.strip(), "include", "cuda.h").read_text())
+    nvcc = find_nvcc()
+    assert nvcc is not None
+    header = toolkit_home(nvcc) / "include" / "cuda.h"
+    version = re.search(r"#define CUDA_VERSION (\d+)", header.read_text())
     assert version is not None
     report = kiln.json("build", recipe, "--shards", "2", "--out", tmp_path / "dist",
                        "--workdir", tmp_path / "work")
