@@ -80,3 +80,66 @@ def test_metadata_that_is_no_small_regular_file_is_not_read(tmp_path: Path) -> N
     (tree / "pyproject.toml").symlink_to("/dev/zero")
     (tree / "PKG-INFO").write_text("Requires-Python: >=3.12\n" + "x" * (2 << 20))
     assert read_constraint(tree) is None
+
+
+_SETUP_PY = """\
+from setuptools import setup
+import setuptools
+
+VERSION = "1.0"
+setuptools.setup(
+    name="p",
+    version=VERSION,
+    python_requires=">=3.12",
+    ext_modules=[],
+)
+"""
+
+
+def test_a_checkout_says_it_in_setup_py_which_is_read_never_run(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, '[build-system]\nrequires = ["setuptools"]\n')
+    (tree / "setup.py").write_text('raise SystemExit("setup.py was run")\n' + _SETUP_PY)
+    (tree / "setup.cfg").write_text("[options]\npython_requires = >=3.8\n")
+    assert read_constraint(tree) == Constraint(
+        ">=3.12", f"{tree / 'setup.py'}: setup(python_requires=...)"
+    )
+    with pytest.raises(BuildError) as refused:
+        check_requires_python(tree, "3.11.7", "p-py3.11-linux-x86_64")
+    assert refused.value.message.startswith(
+        f"The package supports Python >=3.12 ({tree / 'setup.py'}: setup(python_requires=...)); "
+    )
+
+
+def test_else_setup_cfg_says_it(tmp_path: Path) -> None:
+    tree = _tree(tmp_path)
+    (tree / "setup.py").write_text("from setuptools import setup\nsetup(python_requires=computed())\n")
+    (tree / "setup.cfg").write_text("[metadata]\nname = p\n\n[options]\npython_requires = >=3.12\n")
+    assert read_constraint(tree) == Constraint(
+        ">=3.12", f"{tree / 'setup.cfg'}: [options] python_requires"
+    )
+
+
+@pytest.mark.parametrize(
+    "setup_py",
+    [
+        "setup(python_requires=PYTHONS)\n",  # computed: only running it would tell
+        "def setup(**kw): pass\nsetup(name='p'\n",  # does not parse
+        "setup(name='p')\n" + "(" * 200_000,  # nests past the parser's limits
+        "other(python_requires='>=3.12')\n",  # not setup()
+    ],
+)
+def test_a_setup_py_that_states_no_literal_is_not_read_further(tmp_path: Path, setup_py: str) -> None:
+    tree = _tree(tmp_path)
+    (tree / "setup.py").write_text(setup_py)
+    (tree / "setup.cfg").write_text("[options\nbroken")
+    assert read_constraint(tree) is None
+
+
+def test_a_project_table_keeps_setuptools_files_out_unless_it_is_dynamic(tmp_path: Path) -> None:
+    tree = _tree(tmp_path, '[project]\nname = "p"\n')
+    (tree / "setup.py").write_text("from setuptools import setup\nsetup(python_requires='>=3.12')\n")
+    assert read_constraint(tree) is None
+    (tree / "pyproject.toml").write_text('[project]\nname = "p"\ndynamic = ["requires-python"]\n')
+    assert read_constraint(tree) == Constraint(
+        ">=3.12", f"{tree / 'setup.py'}: setup(python_requires=...)"
+    )

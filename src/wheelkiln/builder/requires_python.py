@@ -10,8 +10,12 @@ constraint where a frontend would, before any of that work:
 * ``[project] requires-python`` in ``pyproject.toml``, unless the project marks it
   ``dynamic``;
 * otherwise ``Requires-Python`` in the sdist's ``PKG-INFO`` (what setuptools' own
-  ``python_requires`` becomes in an sdist). A checkout whose setup.py alone says it is
-  not read: only running setup.py would tell.
+  ``python_requires`` becomes in an sdist);
+* otherwise, in a checkout without a ``[project]`` table (or whose table lists
+  ``requires-python`` as dynamic), setuptools' ``python_requires``: a string literal
+  given to ``setup()`` in ``setup.py`` (read as a syntax tree, never run), which wins
+  over ``[options]`` in ``setup.cfg`` as it does in setuptools. A value setup.py
+  computes is not read: only running it would tell.
 
 A constraint that is not a version specifier is left to the backend, which refuses it
 with its own message.
@@ -19,6 +23,8 @@ with its own message.
 
 from __future__ import annotations
 
+import ast
+import configparser
 import tomllib
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -54,6 +60,43 @@ def _small_text(path: Path) -> str | None:
         return None
 
 
+def _setup_call_keyword(source: str, keyword: str) -> str | None:
+    """The string literal given as *keyword* to a ``setup(...)`` or ``x.setup(...)`` call
+    in *source*; None where there is no such literal (or the file does not parse)."""
+    try:
+        module = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    for node in ast.walk(module):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        name = function.id if isinstance(function, ast.Name) else getattr(function, "attr", None)
+        if name != "setup":
+            continue
+        for given in node.keywords:
+            if given.arg == keyword and isinstance(given.value, ast.Constant):
+                value = given.value.value
+                return value if isinstance(value, str) else None
+    return None
+
+
+def _setuptools_constraint(tree: Path) -> Constraint | None:
+    """setuptools' ``python_requires`` in a checkout (module doc)."""
+    setup_py = tree / "setup.py"
+    declared = _setup_call_keyword(_small_text(setup_py) or "", "python_requires")
+    if declared is not None and declared.strip():
+        return Constraint(declared.strip(), f"{setup_py}: setup(python_requires=...)")
+    setup_cfg = tree / "setup.cfg"
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(_small_text(setup_cfg) or "")
+    except configparser.Error:
+        return None
+    declared = parser.get("options", "python_requires", fallback="").strip()
+    return Constraint(declared, f"{setup_cfg}: [options] python_requires") if declared else None
+
+
 def read_constraint(tree: Path) -> Constraint | None:
     """The package's ``requires-python`` (module doc); None where it states none."""
     pyproject = tree / "pyproject.toml"
@@ -61,17 +104,19 @@ def read_constraint(tree: Path) -> Constraint | None:
         project = tomllib.loads(_small_text(pyproject) or "").get("project")
     except tomllib.TOMLDecodeError:
         project = None  # unreadable: read_build_system says why
+    # With a [project] table, setuptools takes requires-python from setup.py or
+    # setup.cfg only where the table lists it as dynamic.
+    setuptools_may_say = True
     if isinstance(project, dict):
         dynamic = project.get("dynamic")
+        setuptools_may_say = isinstance(dynamic, list) and "requires-python" in dynamic
         declared = project.get("requires-python")
-        if isinstance(declared, str) and not (
-            isinstance(dynamic, list) and "requires-python" in dynamic
-        ):
+        if isinstance(declared, str) and not setuptools_may_say:
             return Constraint(declared, f"{pyproject}: [project] requires-python")
     pkg_info = tree / "PKG-INFO"
     text = _small_text(pkg_info)
-    if text is None:
-        return None
+    if text is None:  # a checkout
+        return _setuptools_constraint(tree) if setuptools_may_say else None
     declared = HeaderParser().parsestr(text).get("Requires-Python")
     if declared is None or not str(declared).strip():
         return None
