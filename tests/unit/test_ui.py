@@ -4,6 +4,9 @@ messages are never hard-wrapped, tables are laid out at one fixed width, and val
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from wheelkiln import ui
@@ -69,3 +72,81 @@ def test_emoji_codes_in_a_path_print_as_written(capsys: pytest.CaptureFixture[st
     err = capsys.readouterr().err
     assert f"missed {path}\n" in err
     assert err.count(path) == 4 and "\N{FIRE}" not in err
+
+
+def test_without_a_terminal_a_long_step_says_where_it_is_every_interval(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(ui, "console", ui._Console(stderr=True, highlight=False))
+    monkeypatch.setenv("KILN_PROGRESS_SECONDS", "0.05")
+    with ui.step("Building demo") as running:
+        running.line("-- Configuring done")  # no progress: not shown
+        running.line("[3/27] Building CUDA object k03.cu.o [/dim] kept as text")
+        time.sleep(0.3)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == "▶ Building demo"
+    beats = lines[1:-1]
+    assert len(beats) >= 2, lines
+    assert all(
+        beat == "  … Building demo: 0 s so far; [3/27] Building CUDA object k03.cu.o [/dim] kept as text"
+        for beat in beats
+    ), beats
+    assert lines[-1].startswith("✓ Building demo (")
+
+
+def test_a_quick_step_says_nothing_between_its_start_and_end(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(ui, "console", ui._Console(stderr=True, highlight=False))
+    monkeypatch.delenv("KILN_PROGRESS_SECONDS", raising=False)
+    with ui.step("Building demo") as running:
+        running.line("[1/2] Building CXX object a.o")
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and lines[0] == "▶ Building demo", lines
+
+
+@pytest.mark.parametrize("value", ["", "0", "-3", "nan", "inf", "soon"])
+def test_an_interval_that_is_no_positive_number_is_the_default(
+    monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("KILN_PROGRESS_SECONDS", value)
+    assert ui._progress_every() == ui.PROGRESS_EVERY
+
+
+def test_where_work_runs_elsewhere_its_logs_say_where_it_is(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    log = tmp_path / "build.log"
+    log.write_text("+ backend\n" + "x" * 40_000 + "\n[12/80] Linking target a.so\nwarning: slow\n")
+    assert ui.latest_progress(log) == "[12/80] Linking target a.so"
+    assert ui.latest_progress(tmp_path / "absent.log") is None
+    monkeypatch.setattr(ui, "console", ui._Console(stderr=True, highlight=False))
+    monkeypatch.setenv("KILN_PROGRESS_SECONDS", "0.05")
+    with ui.step("Compiling 2 shards", where=lambda: "shard 1/2: " + str(ui.latest_progress(log))):
+        time.sleep(0.2)
+    beats = capsys.readouterr().err.splitlines()[1:-1]
+    assert beats and all(
+        beat == "  … Compiling 2 shards: 0 s so far; shard 1/2: [12/80] Linking target a.so"
+        for beat in beats
+    ), beats
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(0.4, "0 s"), (59.9, "59 s"), (303, "5 min 3 s"), (7620, "2 h 7 min")],
+)
+def test_elapsed_reads_for_people(seconds: float, shown: str) -> None:
+    assert ui.elapsed(seconds) == shown
+
+
+def test_on_a_terminal_the_spinner_shows_a_build_line_as_text() -> None:
+    shown: list[str] = []
+
+    class Spinner:
+        def update(self, text: str) -> None:
+            shown.append(text)
+
+    running = ui.Step("Building demo", Spinner())  # type: ignore[arg-type]
+    running.line("[1/2] Building CXX object out[/x]/a.o")
+    assert shown == ["Building demo: [dim][1/2] Building CXX object out\\[/x]/a.o[/dim]"]
+    ui.console.print(shown[0])  # rich reads it without a MarkupError

@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from wheelkiln import run, ui
+from wheelkiln.builder.cell import job_directory
 from wheelkiln.builder.environment import interpreter_version
 from wheelkiln.builder.requires_python import check_requires_python
 from wheelkiln.builder.source import fetch_source
-from wheelkiln.cells import shard_label
+from wheelkiln.cells import shard_job_suffix, shard_label
 from wheelkiln.errors import GateError, KilnError, UsageError
 from wheelkiln.executors.base import (
     ExecutorSettings,
@@ -155,9 +156,19 @@ class LocalExecutor:
         )
         started = time.perf_counter()
         shards: dict[int, ShardRun] = {}
-        with ui.step(f"Compiling {job.count} shards"), ThreadPoolExecutor(parallel) as pool:
+        begun: list[int] = []
+
+        def where() -> str | None:
+            running = [index for index in begun if index not in shards]
+            return shards_progress(job, workdir, running)
+
+        with (
+            ui.step(f"Compiling {job.count} shards", where=where),
+            ThreadPoolExecutor(parallel) as pool,
+        ):
 
             def start(index: int, jobs: int) -> Future[run.ChildCall[ShardResult]]:
+                begun.append(index)
                 return pool.submit(_run_shard, job, index, workdir, jobs)
 
             for index, jobs, done in schedule_shards(
@@ -193,6 +204,18 @@ class LocalExecutor:
             shards_wall_seconds=shards_wall,
             wall_seconds=time.perf_counter() - started,
         )
+
+
+def shards_progress(job: ShardedJob, workdir: Path, running: list[int]) -> str | None:
+    """Where each running shard's build has got to, from its build log's latest
+    progress line (``shard 1/3: [66/254] Linking target ...``); None before any has one."""
+    said = []
+    for index in running:
+        log = job_directory(workdir, job.cell, shard_job_suffix(index, job.count)) / "build.log"
+        latest = ui.latest_progress(log)
+        if latest is not None:
+            said.append(f"{shard_label(index, job.count)}: {latest[:60]}")
+    return " · ".join(said) or None
 
 
 def _say_how_it_ended(shard: ShardRun) -> None:
