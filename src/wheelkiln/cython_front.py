@@ -21,6 +21,18 @@ that path as ``<root>/...``, so another copy of the tree hits and gets the bytes
 build that stored the entry, comment included (no compiler reads a comment, and the
 object ccache then makes matches the one it already holds).
 
+**Cython's shared utility module** (Cython 3.1: ``cython --generate-shared=OUT.c`` on
+the command line, which meson projects such as scikit-learn run, and
+``cythonize(shared_utility_qualified_name=...)`` in process) is a transpile with no
+source: Cython writes an empty ``.pyx`` into a fresh temporary directory and compiles
+the utility code into OUT.c, whose comments name that directory's random name. Run
+again it writes other bytes, so its C TU (a megabyte of C) missed the compiler cache
+in every build, and sharded, the link job's copy never matched the owning shard's. It
+goes through the cache like any transpile: keyed by the Cython version, the output's
+and the working directory's path keys and the options, with no dependencies (its input
+is Cython's own utility code, which the version covers); a hit writes the bytes of the
+transpile that stored it, and in a shard only the owner of OUT.c runs it.
+
 In a shard job (``KILN_SHARD_COUNT`` set, :class:`wheelkiln.shard.wrapper.SeatConfig`),
 a transpile whose C output is a TU another shard owns (the same partition key the
 seat wrapper computes for that ``.c``) writes a placeholder and its depfile instead:
@@ -51,6 +63,8 @@ _UNCACHED_OPTIONS = frozenset(
      "-h", "--help", "-k", "--keep-going"}
 )  # fmt: skip
 _SOURCE_EXTENSIONS = (".pyx", ".py")
+SHARED_OPTION = "--generate-shared"
+"""Cython's option that writes the shared utility module (module doc)."""
 
 
 def _now() -> float:
@@ -173,12 +187,14 @@ def _dependencies(paths: store.PathKeys, files: Sequence[str], cwd: str) -> list
 class CythonCall:
     """One ``cython`` command line, as far as the cache needs it."""
 
-    __slots__ = ("args", "cacheable", "cplus", "depfile", "output", "sources")
+    __slots__ = ("args", "cacheable", "cplus", "depfile", "output", "shared", "sources")
 
     def __init__(self, args: Sequence[str]) -> None:
         self.args = list(args)
         self.sources: list[str] = []
         self.output: str | None = None
+        self.shared: str | None = None
+        """The C file of ``--generate-shared=OUT.c`` (the shared utility module)."""
         self.depfile = False
         self.cplus = False
         self.cacheable = True
@@ -186,7 +202,13 @@ class CythonCall:
         while index < len(args):
             arg = args[index]
             name, equals, value = arg.partition("=")
-            if arg in ("-M", "--depfile"):
+            if name == SHARED_OPTION:
+                if equals:
+                    self.shared = value
+                elif index + 1 < len(args):
+                    self.shared = args[index + 1]
+                    index += 1
+            elif arg in ("-M", "--depfile"):
                 self.depfile = True
             elif arg in ("-+", "--cplus"):
                 self.cplus = True
@@ -203,7 +225,9 @@ class CythonCall:
             elif not arg.startswith("-") and arg.endswith(_SOURCE_EXTENSIONS):
                 self.sources.append(arg)
             index += 1
-        if len(self.sources) != 1:
+        if self.shared is not None:
+            self.cacheable = self.cacheable and not self.sources  # Cython refuses a source
+        elif len(self.sources) != 1:
             self.cacheable = False
         elif self.output is None:
             stem = os.path.splitext(self.sources[0])[0]
@@ -218,13 +242,13 @@ class CythonCall:
             if skip_next:
                 skip_next = False
                 continue
-            if arg in ("-o", "--output-file"):
+            if arg in ("-o", "--output-file", SHARED_OPTION):
                 skip_next = True
                 continue
             if (
                 arg in ("-M", "--depfile")
                 or arg in self.sources
-                or arg.startswith(("-o", "--output-file="))
+                or arg.startswith(("-o", "--output-file=", SHARED_OPTION + "="))
             ):
                 continue
             kept.append(paths.tokenize(arg))
@@ -273,12 +297,18 @@ def answer_version(real: str, args: Sequence[str], cache: store.TranspileCache) 
     return code
 
 
-def _spawn(argv: Sequence[str]) -> int:
+def _spawn(argv: Sequence[str], env: Mapping[str, str] | None = None) -> int:
     """Run the real Cython with inherited stdio: its exit code (128+signal if killed)."""
     from wheelkiln.shard.wrapper import spawn_and_wait  # the per-call way to start one
 
-    code = spawn_and_wait(argv)
+    code = spawn_and_wait(argv, env)
     return 128 - code if code < 0 else code
+
+
+FRONT_RUNS_IT = "KILN_CYTHON_FRONT_RUNS_IT"
+"""Set for a real Cython the command-line front runs for a shared utility module, whose
+``generate_shared_module`` the in-process hook then leaves alone: the front has already
+looked it up and stores what it writes (one transpile, one log line)."""
 
 
 def transpile(front: str, args: Sequence[str], environ: Mapping[str, str]) -> int:
@@ -292,6 +322,18 @@ def transpile(front: str, args: Sequence[str], environ: Mapping[str, str]) -> in
     call = CythonCall(args)
     cwd = os.getcwd()
     settings = Settings(environ)
+    if call.shared is not None and not call.sources and call.cacheable:
+        package = store.cython_package(real)
+        paths = settings.paths(package[1] if package else None)
+        key = None
+        if package is not None:
+            key = shared_module_key(package[0], paths, call.shared, cwd, "cli",
+                                    call.key_arguments(paths))  # fmt: skip
+        inner = {**environ, FRONT_RUNS_IT: "1"}
+        return shared_module(
+            settings, paths, key, call.shared, cwd, lambda: _spawn([real, *args], inner), "cli",
+            started,
+        )  # fmt: skip
     if not call.sources:  # --version, --help
         if tuple(args) in VERSION_ARGUMENTS and settings.cache is not None:
             return answer_version(real, args, settings.cache)
@@ -354,6 +396,53 @@ def transpile(front: str, args: Sequence[str], environ: Mapping[str, str]) -> in
     return code
 
 
+def shared_module_key(
+    version: str, paths: store.PathKeys, output: str, cwd: str, front: str, options: Sequence[str]
+) -> str:
+    """The module key of a shared utility module's transpile (module doc)."""
+    return store.module_key(
+        [version, SHARED_OPTION, paths.key(output, cwd), paths.key(cwd, cwd), front, *options]
+    )
+
+
+def shared_module(
+    settings: Settings,
+    paths: store.PathKeys,
+    key: str | None,
+    output: str,
+    cwd: str,
+    run: Callable[[], int],
+    front: str,
+    started: float,
+) -> int:
+    """Cython's shared utility module written to *output* through the cache (module
+    doc): its exit code. *run* transpiles it for real; *key* None (a Cython whose
+    version cannot be read) runs it uncached."""
+    started_wall = time.time()
+    if owned_elsewhere(output, cwd, os.environ):
+        write_placeholder(output, False, cwd)
+        _log(settings, paths, output, output, cwd, "stub", started, front)
+        return 0
+    cache = settings.cache
+    if cache is None or key is None:
+        code = run()
+        _log(settings, paths, output, output, cwd, "miss" if cache is None else "uncached",
+             started, front)  # fmt: skip
+        return code
+    entry = None if settings.recache else cache.lookup(key, paths)
+    if entry is not None:
+        _restore(cache, entry, os.path.join(cwd, output))
+        _log(settings, paths, output, output, cwd, "hit", started, front)
+        return 0
+    code = run()
+    written = os.path.join(cwd, output)
+    if code == 0 and os.path.isfile(written):
+        outputs, contents = _collect(written, started_wall)
+        cache.store(key, store.Entry([], outputs), contents)
+    _log(settings, paths, output, output, cwd, "miss", started, front)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``cython_front FRONT_PATH ARGS...``: FRONT_PATH is the script's own ``$0``."""
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -366,8 +455,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 # --------------------------------------------------------------------------- in process
 
 
-def install(dependencies: ModuleType) -> None:
-    """Wrap ``Cython.Build.Dependencies.cythonize_one`` with the cache (once)."""
+def install(module: ModuleType) -> None:
+    """Wrap ``Cython.Build.Dependencies.cythonize_one`` or
+    ``Cython.Build.SharedModule.generate_shared_module`` (whichever *module* is) with
+    the cache (once)."""
+    if module.__name__ == "Cython.Build.SharedModule":
+        _install_shared(module)
+        return
+    dependencies = module
     original = getattr(dependencies, "cythonize_one", None)
     if original is None or getattr(original, "_kiln_cached", False):
         return
@@ -381,6 +476,45 @@ def install(dependencies: ModuleType) -> None:
 
     cythonize_one._kiln_cached = True  # type: ignore[attr-defined]
     dependencies.cythonize_one = cythonize_one  # type: ignore[attr-defined]
+
+
+def _install_shared(shared: ModuleType) -> None:
+    original = getattr(shared, "generate_shared_module", None)
+    if original is None or getattr(original, "_kiln_cached", False):
+        return
+
+    def generate_shared_module(options: object) -> object:
+        return cached_shared_module(original, options)
+
+    generate_shared_module._kiln_cached = True  # type: ignore[attr-defined]
+    shared.generate_shared_module = generate_shared_module  # type: ignore[attr-defined]
+
+
+def cached_shared_module(original: Callable[[object], object], options: object) -> object:
+    """``cythonize()``'s shared utility module through the cache (module doc). Its
+    callers ignore what it returns but for errors, which a hit has none of."""
+    started = _now()
+    settings = Settings(os.environ)
+    cwd = os.getcwd()
+    output = getattr(options, "shared_c_file_path", None)
+    if not isinstance(output, str) or not output or os.environ.get(FRONT_RUNS_IT):
+        return original(options)
+    import Cython  # type: ignore[import-not-found]  # the build environment's own
+
+    paths = settings.paths(os.path.dirname(os.path.abspath(Cython.__file__)))
+    key = shared_module_key(
+        str(getattr(Cython, "__version__", "")), paths, output, cwd, "cythonize",
+        [paths.tokenize(_options_fingerprint(options))],
+    )  # fmt: skip
+    result: list[object] = [(None, None)]
+
+    def run() -> int:
+        result[0] = original(options)
+        err = result[0][0] if isinstance(result[0], tuple) and result[0] else None
+        return 1 if err is not None else 0
+
+    shared_module(settings, paths, key, output, cwd, run, "cythonize", started)
+    return result[0]
 
 
 def _options_fingerprint(options: object) -> str:
@@ -411,7 +545,7 @@ def cached_cythonize_one(
         write_placeholder(output, False, cwd)
         _log(settings, settings.paths(None), source, output, cwd, "stub", started, "cythonize")
         return None
-    import Cython  # type: ignore[import-not-found]  # the build environment's own
+    import Cython  # the build environment's own
 
     cython_dir = os.path.dirname(os.path.abspath(Cython.__file__))
     paths = settings.paths(cython_dir)

@@ -184,3 +184,76 @@ def test_in_process_cythonize_hits_from_another_directory(
     metadata_end = text.index("END: Cython Metadata */")
     assert str(tmp_path / "first") in text[:metadata_end]
     assert str(tmp_path) not in text[metadata_end:]
+
+
+def test_the_shared_utility_module_is_cached_on_the_command_line_and_in_process(
+    tmp_path: Path, cython_cold: dict[str, Any]
+) -> None:
+    """Cython's shared utility module (``--generate-shared``, and cythonize()'s
+    ``shared_utility_qualified_name``) has no source: Cython 3.1 wrote a temporary
+    directory's random name into it, so its C TU missed the compiler cache in every
+    build. Through the fronts another tree's transpile is a hit, written from the cache
+    byte for byte, and in a shard only the owner of the C file runs it."""
+    from wheelkiln.builder.toolchain import cython_fronts
+    from wheelkiln.cache import cython as cython_cache
+    from wheelkiln.shard import partition
+
+    bin_dir = Path(cython_cold["record"]["build_env"]) / "bin"
+    front_dirs, site_hook = cython_fronts(tmp_path / "scripts")
+    in_process = (
+        "from distutils.extension import Extension\n"
+        "from Cython.Build import cythonize\n"
+        "cythonize([Extension('pkg._cyutility', ['pkg/_cyutility.c'])],"
+        " shared_utility_qualified_name='pkg._cyutility', quiet=True)\n"
+    )
+    generated: dict[tuple[str, str], bytes] = {}
+    for name in ("first", "second"):
+        tree = tmp_path / name
+        (tree / "build" / "pkg").mkdir(parents=True)
+        (tree / "pkg").mkdir()
+        log = tmp_path / f"{name}.jsonl"
+        env = {
+            **os.environ,
+            "PATH": os.pathsep.join([*front_dirs, str(bin_dir), os.environ["PATH"]]),
+            "PYTHONPATH": site_hook,
+            **cython_cache.environment(cache_dir=str(tmp_path / "cache"), log_path=str(log),
+                                       package_root=str(tree), build_dir=str(tree / "build"),
+                                       envs_dirs=[str(tmp_path / ".envs")], recache=False),
+        }  # fmt: skip
+        cli_output = tree / "build" / "pkg" / "_cyutility.c"
+        subprocess.run(["cython", "-3", "--fast-fail", f"--generate-shared={cli_output}"],
+                       cwd=tree / "build", env=env, check=True, capture_output=True,
+                       stdin=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run([bin_dir / "python", "-W", "ignore", "-c", in_process], cwd=tree,
+                       env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL)  # fmt: skip
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        outcome = "miss" if name == "first" else "hit"
+        assert [(r["source"], r["front"], r["outcome"]) for r in records] == [
+            ("<build>/pkg/_cyutility.c", "cli", outcome),
+            ("<root>/pkg/_cyutility.c", "cythonize", outcome),
+        ]
+        generated[name, "cli"] = cli_output.read_bytes()
+        generated[name, "cythonize"] = (tree / "pkg" / "_cyutility.c").read_bytes()
+    for front in ("cli", "cythonize"):
+        assert generated["second", front] == generated["first", front]
+        assert generated["first", front].count(b"\n") > 10_000, "Cython's utility code"
+    # A shard that does not own the C TU writes a placeholder and runs no Cython.
+    tree = tmp_path / "first"
+    owner = partition.shard_of("<build>/pkg/_cyutility.c", 2)
+    log = tmp_path / "shard.jsonl"
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([*front_dirs, str(bin_dir), os.environ["PATH"]]),
+        "KILN_SHARD_COUNT": "2", "KILN_SHARD_INDEX": str(1 - owner),
+        "KILN_PACKAGE_ROOT": str(tree), "KILN_BUILD_DIR": str(tree / "build"),
+        **cython_cache.environment(cache_dir=str(tmp_path / "cache"), log_path=str(log),
+                                   package_root=str(tree), build_dir=str(tree / "build"),
+                                   envs_dirs=[], recache=False),
+    }  # fmt: skip
+    subprocess.run(["cython", "-3", "--fast-fail",
+                    "--generate-shared=" + str(tree / "build" / "pkg" / "_cyutility.c")],
+                   cwd=tree / "build", env=env, check=True, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert json.loads(log.read_text())["outcome"] == "stub"
+    assert b"transpiled by the shard that owns this TU" in (
+        tree / "build" / "pkg" / "_cyutility.c"
+    ).read_bytes()

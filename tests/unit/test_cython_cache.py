@@ -65,6 +65,32 @@ def test_command_line_parsing_and_key_arguments() -> None:
     assert cython_front.CythonCall(["--version"]).sources == []
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-3", "--fast-fail", "--generate-shared=/w/build/pkg/_cyutility.c"],
+        ["-3", "--fast-fail", "--generate-shared", "/w/build/pkg/_cyutility.c"],
+    ],
+)
+def test_the_shared_utility_module_is_a_call_of_its_own(args: list[str]) -> None:
+    call = cython_front.CythonCall(args)
+    assert (call.shared, call.sources, call.cacheable) == ("/w/build/pkg/_cyutility.c", [], True)
+    paths = store.PathKeys("/w/src", "/w/build", None)
+    assert call.key_arguments(paths) == ["-3", "--fast-fail"]  # the output is keyed apart
+    key = cython_front.shared_module_key("3.1.8", paths, call.shared, "/w/build", "cli",
+                                         call.key_arguments(paths))  # fmt: skip
+    moved = store.PathKeys("/x/src", "/x/build", None)
+    assert key == cython_front.shared_module_key(
+        "3.1.8", moved, "/x/build/pkg/_cyutility.c", "/x/build", "cli", ["-3", "--fast-fail"]
+    ), "another copy of the tree has the same key"
+    assert key != cython_front.shared_module_key(
+        "3.1.7", paths, call.shared, "/w/build", "cli", call.key_arguments(paths)
+    ), "another Cython writes other utility code"
+    assert key != cython_front.shared_module_key(
+        "3.1.8", paths, call.shared, "/w/build", "cli", ["-3"]
+    )
+
+
 def test_depfile_paths_read_cythons_format() -> None:
     text = "a.pyx.c: \\\n  ../src/a.pyx \\\n  ../src/my\\ dir/common.pxd \\\n  /env/Cython/Includes/libc/math.pxd\n"
     assert store.depfile_paths(text) == [

@@ -527,8 +527,9 @@ def read_log(log_path: str | os.PathLike[str]) -> dict[str, object]:
 # --------------------------------------------------------------------------- in-process hook
 
 SITE_HOOK = '''\
-"""Written by wheelkiln: routes Cython's in-process cythonize() through kiln's Cython
-cache (wheelkiln.cython_front.install) once Cython.Build.Dependencies is imported, then
+"""Written by wheelkiln: routes Cython's in-process cythonize() and its shared utility
+module through kiln's Cython cache (wheelkiln.cython_front.install) once
+Cython.Build.Dependencies or Cython.Build.SharedModule is imported, then
 runs the sitecustomize this one shadows, if any."""
 import sys
 
@@ -536,7 +537,7 @@ import sys
 class _KilnCythonHook:
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name != "Cython.Build.Dependencies":
+        if name not in ("Cython.Build.Dependencies", "Cython.Build.SharedModule"):
             return None
         from importlib.machinery import PathFinder
 
