@@ -7,11 +7,13 @@ from pathlib import Path
 
 
 def kiln_home() -> Path:
-    """``$KILN_HOME``, else ``$XDG_CACHE_HOME/wheelkiln``, else ``~/.cache/wheelkiln``."""
+    """``$KILN_HOME``, else ``$XDG_CACHE_HOME/wheelkiln``, else ``~/.cache/wheelkiln``;
+    resolved, with a leading ``~`` expanded as the output checks expand it (a quoted
+    ``KILN_HOME='~/kiln'`` reaches kiln unexpanded)."""
     if home := os.environ.get("KILN_HOME"):
-        return Path(home).resolve()
+        return Path(home).expanduser().resolve()
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return (Path(cache) / "wheelkiln").resolve()
+    return (Path(cache).expanduser() / "wheelkiln").resolve()
 
 
 def state_home() -> Path:
@@ -19,9 +21,9 @@ def state_home() -> Path:
     builder lock that keeps them honest (its twin under ``kiln_home()`` guards the trees).
     """
     if home := os.environ.get("KILN_STATE_HOME"):
-        return Path(home).resolve()
+        return Path(home).expanduser().resolve()
     state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return (Path(state) / "wheelkiln").resolve()
+    return (Path(state).expanduser() / "wheelkiln").resolve()
 
 
 def envs_dir() -> Path:
@@ -64,8 +66,9 @@ def default_cache_dir(backend: str) -> Path:
 
 def resolve_workdir(chosen: Path | None = None) -> Path:
     """Where job trees are built: *chosen* (``--workdir``), else ``$KILN_HOME/work``;
-    resolved, because job directories and the wrapper's settings hold it absolute."""
-    return (chosen or kiln_home() / "work").resolve()
+    resolved, because job directories and the wrapper's settings hold it absolute, and
+    with ``~`` expanded, as :func:`wheelkiln.output_paths.check_output_dir` checked it."""
+    return (chosen.expanduser() if chosen else kiln_home() / "work").resolve()
 
 
 def sources_dir() -> Path:

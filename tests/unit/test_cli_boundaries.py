@@ -415,3 +415,271 @@ def test_paths_are_shown_as_written_not_as_markup(
     assert "Traceback" not in err
     assert err.splitlines() == [f"Wrote {out}"]
     assert out.read_text(encoding="utf-8").startswith("## Bench results")
+
+
+# --- output locations against each other and against the source ----------------------
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    """A recipe for a pure-Python package whose local source is ``tmp/proj/pkg``."""
+    package = tmp_path / "proj" / "pkg"
+    package.mkdir(parents=True)
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "tiny"\nversion = "0.1"\n'
+    )
+    (package / "tiny.py").write_text("")
+    recipe = tmp_path / "proj" / "recipes" / "tiny.toml"
+    recipe.parent.mkdir()
+    recipe.write_text('name = "tiny"\n[source]\npath = "../pkg"\n[cache]\nbackend = "none"\n')
+    return recipe
+
+
+def _cell_id(recipe: Path) -> str:
+    from wheelkiln.matrix.cells import select_cell
+    from wheelkiln.recipe.load import load_recipe
+
+    return select_cell(load_recipe(recipe).recipe, None).id
+
+
+def _tree(root: Path) -> dict[str, bytes | None]:
+    return {str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
+            for p in sorted(root.rglob("*"))}
+
+
+def test_out_in_a_job_directory_is_refused_and_its_wheels_kept(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    tiny: Path,
+) -> None:
+    """The issue: the build emptied the cell's job directory, and the wheels in --out
+    with it."""
+    job_dir = tmp_path / "home" / "work" / _cell_id(tiny)
+    older = job_dir / "wheels" / "older-1.0-py3-none-any.whl"
+    older.parent.mkdir(parents=True)
+    older.write_bytes(b"precious")
+    code, _, err = run_main(monkeypatch, capsys, tmp_path,
+                            ["build", str(tiny), "--no-wheel-cache", "--out", str(older.parent)])
+    assert code == 2, err
+    assert " ".join(err.split()).startswith(
+        f"error: --out {older.parent} lies in {job_dir}, named as a job directory of "
+        f"{job_dir.name}: kiln empties those when it builds the cell in the work directory "
+        f"{job_dir.parent} ($KILN_HOME/work), and what is there would be deleted. "
+        f"Choose a location outside {job_dir}."
+    ), err
+    assert older.read_bytes() == b"precious"
+    assert sorted(p.name for p in job_dir.iterdir()) == ["wheels"], "work started"
+
+
+def _overlaps(cell: str) -> dict[str, tuple[list[str], str]]:
+    """name → (arguments after ``build RECIPE``, the start of the refusal), with {tmp},
+    {home}, {job} (the cell's job directory in the default work directory) and {pkg}
+    (the local source) filled in."""
+    cache_in_job = "{home}/work/" + cell + "-link.cache"
+    return {
+        "--out in a shard's job directory": (
+            ["--out", "{home}/work/" + cell + "-shard-0-of-2/dist"],
+            "--out {home}/work/" + cell + "-shard-0-of-2/dist lies in {home}/work/" + cell
+            + "-shard-0-of-2, named as a job directory of " + cell,
+        ),
+        "--out in the environments' view": (
+            ["--out", "{home}/work/.envs/dist"],
+            "--out {home}/work/.envs/dist lies in {home}/work/.envs, named as a job directory",
+        ),
+        "--cache-dir in a job directory's companion": (
+            ["--cache-dir", cache_in_job],
+            "--cache-dir " + cache_in_job + " is " + cache_in_job + ", named as a job directory",
+        ),
+        "--out is the work directory": (
+            ["--out", "{tmp}/w", "--workdir", "{tmp}/w"],
+            "the work directory {tmp}/w (--workdir) is --out {tmp}/w: the job trees would be "
+            "mixed with the wheels.",
+        ),
+        "--workdir in --out": (
+            ["--out", "{tmp}/d", "--workdir", "{tmp}/d/work"],
+            "the work directory {tmp}/d/work (--workdir) lies in --out {tmp}/d:",
+        ),
+        "--out is --cache-dir": (
+            ["--out", "{tmp}/c", "--cache-dir", "{tmp}/c"],
+            "--out {tmp}/c is also --cache-dir: a cache evicts files it did not write",
+        ),
+        "--out in --cache-dir": (
+            ["--out", "{tmp}/c/dist", "--cache-dir", "{tmp}/c"],
+            "--out {tmp}/c/dist and --cache-dir {tmp}/c lie one in the other",
+        ),
+        "--workdir in --cache-dir": (
+            ["--workdir", "{tmp}/c/work", "--cache-dir", "{tmp}/c"],
+            "the work directory {tmp}/c/work (--workdir) lies in --cache-dir {tmp}/c: a cache "
+            "evicts files it did not write, the job trees' among them.",
+        ),
+        "--out in the wheel cache": (
+            ["--out", "{home}/wheels/mine"],
+            "--out {home}/wheels/mine lies in {home}/wheels, the wheel cache, whose entries "
+            "kiln replaces and prunes by itself.",
+        ),
+        "--out in the default ccache directory": (
+            ["--out", "{home}/ccache/dist"],
+            "--out {home}/ccache/dist lies in {home}/ccache, the default ccache cache,",
+        ),
+        "--workdir in the build environments": (
+            ["--workdir", "{home}/envs/w"],
+            "the work directory {home}/envs/w (--workdir) lies in {home}/envs, the build "
+            "environments,",
+        ),
+        "--cache-dir in the fetched sources": (
+            ["--cache-dir", "{home}/sources/c"],
+            "--cache-dir {home}/sources/c lies in {home}/sources, the fetched sources,",
+        ),
+        "--workdir in the source": (
+            ["--workdir", "{pkg}/work"],
+            "the work directory {pkg}/work (--workdir) lies in the source tree {pkg} "
+            "({tmp}/proj/recipes/tiny.toml: source.path): each job copies the source into the "
+            "work directory, so the copy would copy itself without end. Choose a --workdir "
+            "outside {pkg}.",
+        ),
+        "--workdir is the source": (
+            ["--workdir", "{pkg}"],
+            "the work directory {pkg} (--workdir) is the source tree {pkg}",
+        ),
+        "$KILN_HOME in the source": (
+            ["KILN_HOME={pkg}/.kiln"],
+            "the work directory {pkg}/.kiln/work ($KILN_HOME/work) lies in the source tree "
+            "{pkg} ({tmp}/proj/recipes/tiny.toml: source.path): each job copies the source "
+            "into the work directory, so the copy would copy itself without end. Choose a "
+            "--workdir outside {pkg} (or set $KILN_HOME elsewhere).",
+        ),
+        "--out is the source": (
+            ["--out", "{pkg}"],
+            "--out {pkg} is the source tree ({tmp}/proj/recipes/tiny.toml: source.path): what "
+            "kiln writes there would become part of the next build's source.",
+        ),
+        "--out through a link to the source": (
+            ["--out", "{tmp}/link-to-pkg"],
+            "--out {pkg} is the source tree",
+        ),
+        "$KILN_STATE_HOME is the source": (
+            ["--workdir", "{tmp}/w", "KILN_STATE_HOME={pkg}"],
+            "$KILN_STATE_HOME {pkg} is the source tree",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_overlaps("CELL")))
+def test_locations_that_would_destroy_each_other_are_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    tiny: Path, case: str,
+) -> None:
+    (tmp_path / "link-to-pkg").symlink_to(tiny.parent.parent / "pkg")
+    place = {"tmp": str(tmp_path), "home": str(tmp_path / "home"),
+             "pkg": str(tiny.parent.parent / "pkg")}
+    argv, message = _overlaps(_cell_id(tiny))[case]
+    env = dict(a.format(**place).split("=", 1) for a in argv if a.startswith("KILN_"))
+    argv = [a.format(**place) for a in argv if not a.startswith("KILN_")]
+    source_before = _tree(tiny.parent.parent)
+    code, _, err = run_main(monkeypatch, capsys, tmp_path, ["build", str(tiny), *argv], env)
+    assert code == 2, err
+    assert " ".join(err.split()).startswith("error: " + message.format(**place)), err
+    assert _tree(tiny.parent.parent) == source_before, "the source was written to"
+    for home in (tmp_path / "home", tiny.parent.parent / "pkg" / ".kiln"):
+        for made in ("work", "sources", "envs", "wheels"):
+            assert not (home / made).exists(), f"work started: {home / made} exists"
+
+
+@pytest.mark.parametrize("option", ["--out", "--workdir", "--cache-dir"])
+def test_an_empty_path_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    tiny: Path, option: str,
+) -> None:
+    """``--out "$DIST"`` with DIST unset wrote into the current directory."""
+    code, _, err = run_main(monkeypatch, capsys, tmp_path, ["build", str(tiny), option, ""])
+    assert code == 2, err
+    assert (f"Invalid value for '{option}': an empty path names no location; give a "
+            "directory (. for the current one).") in " ".join(err.split())
+    assert not (tmp_path / "home" / "work").exists()
+
+
+STOPPED = 97
+"""The exit of a stand-in for the build, once it has seen what it was given."""
+
+
+def _capture_build(monkeypatch: pytest.MonkeyPatch) -> dict[str, object]:
+    """Stand in for ``run_build``: record its arguments and stop the command there."""
+    from wheelkiln.builder import job
+
+    seen: dict[str, object] = {}
+
+    def fake(loaded: object, cell: object, options: object, out_dir: Path,
+             **kwargs: object) -> None:
+        seen.update(loaded=loaded, options=options, out_dir=out_dir)
+        raise SystemExit(STOPPED)
+
+    monkeypatch.setattr(job, "run_build", fake)
+    return seen
+
+
+def test_a_tilde_means_home_everywhere_it_is_checked_and_used(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    tiny: Path,
+) -> None:
+    """The issue: the check expanded ``~`` and the build did not, so ``--out '~/x'``
+    wrote into a directory named ``~`` (or failed at the end, from a directory where
+    nothing can be made)."""
+    home = tmp_path / "user"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    seen = _capture_build(monkeypatch)
+    code, _, err = run_main(monkeypatch, capsys, tmp_path,
+                            ["build", str(tiny), "--out", "~/dist", "--workdir", "~/work",
+                             "--cache-dir", "~/ccache"], {"KILN_HOME": "~/kiln"})
+    assert code == STOPPED, err
+    options = seen["options"]
+    assert seen["out_dir"] == home / "dist"
+    assert options.workdir == home / "work"  # type: ignore[attr-defined]
+    assert options.cache_dir == home / "ccache"  # type: ignore[attr-defined]
+    from wheelkiln.paths import kiln_home, resolve_workdir, state_home
+
+    assert kiln_home() == home / "kiln"
+    assert resolve_workdir(None) == home / "kiln" / "work"
+    monkeypatch.setenv("KILN_STATE_HOME", "~/state")
+    assert state_home() == home / "state"
+    assert not list(tmp_path.rglob("~")), "a directory named ~ was made"
+
+
+def test_out_in_the_source_is_left_out_of_its_copy_and_digest(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    tiny: Path,
+) -> None:
+    """``kiln build . --out wheels`` in a project: each build's wheel and record (with
+    its timestamp) became source, so the next digest differed and the wheel cache never
+    served. Names are matched literally, glob characters and all."""
+    from wheelkiln.builder.source import source_digest
+
+    package = tiny.parent.parent / "pkg"
+    seen = _capture_build(monkeypatch)
+    code, _, err = run_main(monkeypatch, capsys, tmp_path,
+                            ["build", str(tiny), "--out", str(package / "out[1]" / "w*")])
+    assert code == STOPPED, err
+    exclude = seen["loaded"].recipe.source.exclude  # type: ignore[attr-defined]
+    assert exclude == ("build", "dist", "_skbuild", ".eggs", "out[[]1]/w[*]")
+    before = source_digest(package, exclude)
+    (package / "out[1]" / "w*").mkdir(parents=True)
+    (package / "out[1]" / "w*" / "tiny-0.1-py3-none-any.whl").write_bytes(b"a wheel")
+    assert source_digest(package, exclude) == before
+    (package / "out[1]" / "wx").mkdir()  # matched by the glob, not by the name
+    (package / "out[1]" / "wx" / "data.txt").write_text("source")
+    assert source_digest(package, exclude) != before
+
+
+def test_an_out_already_excluded_leaves_the_recipe_as_it_is(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    tiny: Path,
+) -> None:
+    """``--out dist`` at the package's root is a build output already: the recipe, which
+    the wheel cache's key holds, is unchanged."""
+    from wheelkiln.recipe.load import load_recipe
+
+    seen = _capture_build(monkeypatch)
+    code, _, err = run_main(monkeypatch, capsys, tmp_path,
+                            ["build", str(tiny), "--out", str(tiny.parent.parent / "pkg" / "dist")])
+    assert code == STOPPED, err
+    assert seen["loaded"] == load_recipe(tiny)

@@ -16,6 +16,7 @@ from wheelkiln.cli.options import (
     cache_dir_option,
     cache_option,
     cell_option,
+    check_cell_locations,
     check_finite,
     check_job_locations,
     emit_json,
@@ -158,7 +159,8 @@ def build(
         },
         {partition_given_as: partition is not None, "--executor": _on_command_line("executor")},
     )
-    check_job_locations(out_dir, workdir, cache_dir)
+    locations = check_job_locations(out_dir, workdir, cache_dir)
+    out_dir, workdir, cache_dir = locations.out_dir, locations.workdir, locations.cache_dir
     loaded = find_recipe(recipe_ref)
     # $KILN_EXECUTOR, the fleet's variables and the recipe's [executor] are defaults for
     # sharded builds; only the options given on the command line are refused where they
@@ -193,6 +195,7 @@ def build(
             "or drop the option.",
         )
     chosen = select_cell(loaded.recipe, cell)
+    loaded = check_cell_locations(locations, loaded, chosen)
     options = resolve_build_settings(
         loaded,
         cache=cache_name,

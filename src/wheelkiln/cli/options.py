@@ -13,8 +13,9 @@ import re
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 from rich.markup import escape
@@ -23,6 +24,10 @@ from rich.text import Text
 
 from wheelkiln import ui
 from wheelkiln.errors import UsageError
+
+if TYPE_CHECKING:
+    from wheelkiln.cells import Cell
+    from wheelkiln.recipe.load import LoadedRecipe
 
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -95,18 +100,237 @@ def _size(ctx: click.Context, param: click.Parameter, value: str | None) -> int 
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
-def check_job_locations(out_dir: Path, workdir: Path | None, cache_dir: Path | None = None) -> None:
+@dataclass(frozen=True)
+class JobLocations:
+    """Where a job writes, as checked: resolved, ``~`` expanded. The job is given these,
+    never the spelling on the command line, so what was checked is what is written."""
+
+    out_dir: Path
+    workdir: Path | None
+    """``--workdir``; None for the default, ``$KILN_HOME/work``."""
+    cache_dir: Path | None
+    """``--cache-dir``; None for the backend's default."""
+
+    @property
+    def job_root(self) -> Path:
+        """The work directory the job's trees are built in (given or default)."""
+        from wheelkiln.paths import resolve_workdir
+
+        return resolve_workdir(self.workdir)
+
+
+def check_job_locations(
+    out_dir: Path, workdir: Path | None, cache_dir: Path | None = None
+) -> JobLocations:
     """Refuse unusable output locations before any work starts: a build that fails to
-    write its wheel after an hour has lost the hour."""
+    write its wheel after an hour has lost the hour. Returns them as checked, for the
+    job to use (:func:`check_cell_locations` then checks them against each other)."""
     from wheelkiln.output_paths import check_output_dir
     from wheelkiln.paths import kiln_home
 
-    check_output_dir(out_dir, "--out")
+    checked_out = check_output_dir(out_dir, "--out")
     check_output_dir(kiln_home(), "$KILN_HOME")
-    if workdir is not None:
-        check_output_dir(workdir, "--workdir")
+    return JobLocations(
+        out_dir=checked_out,
+        workdir=check_output_dir(workdir, "--workdir") if workdir is not None else None,
+        cache_dir=check_output_dir(cache_dir, "--cache-dir") if cache_dir is not None else None,
+    )
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    """Whether *path* is *directory* or lies in it (both resolved)."""
+    return path == directory or directory in path.parents
+
+
+def _is_or_lies_in(path: Path, directory: Path) -> str:
+    return "is" if path == directory else "lies in"
+
+
+def _emptied_job_directory(path: Path, workdir: Path, cell_id: str) -> Path | None:
+    """The directory in *workdir* holding *path* that a job of cell *cell_id* empties or
+    replaces, if any: the cell's job directories (``<cell>``, ``<cell>-shard-i-of-N``,
+    ``<cell>-link``...) with their companions (``<cell>-shard-i-of-N.cache``,
+    ``<cell>-link.shards``...), and the views every job makes again (``.envs``,
+    ``.cuda``)."""
+    from wheelkiln.paths import CUDA_VIEWS, ENVS_VIEW
+
+    if not _inside(path, workdir) or path == workdir:
+        return None
+    first = path.relative_to(workdir).parts[0]
+    if first in (cell_id, ENVS_VIEW, CUDA_VIEWS) or first.startswith(cell_id + "-"):
+        return workdir / first
+    return None
+
+
+def _stores() -> dict[Path, str]:
+    """The directories under ``$KILN_HOME`` whose entries kiln makes again, replaces or
+    prunes by itself (``kiln envs|sources|wheels|answers prune``), with what they hold."""
+    from wheelkiln.builder.answer_store import STORES
+    from wheelkiln.paths import envs_dir, kiln_home, smoke_envs_dir, sources_dir, wheel_cache_dir
+
+    stores = {
+        envs_dir(): "the build environments",
+        smoke_envs_dir(): "the smoke-test environments",
+        sources_dir(): "the fetched sources",
+        wheel_cache_dir(): "the wheel cache",
+        **{kiln_home() / name: f"the {kind} store" for name, kind in STORES.items()},
+    }
+    return {path.resolve(): what for path, what in stores.items()}
+
+
+def _glob_literal(name: str) -> str:
+    """*name* as a glob segment that matches only itself."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def check_cell_locations(
+    locations: JobLocations, loaded: LoadedRecipe, cell: Cell
+) -> LoadedRecipe:
+    """Refuse, before any work, locations that a job of *cell* would destroy or that
+    would destroy its work; return *loaded* with the locations that lie in its local
+    source tree left out of the source's copy and digest.
+
+    Refused: ``--out``, ``--cache-dir`` or the source inside what a job empties (the
+    cell's job directories and the views, :func:`_emptied_job_directory`) or inside a
+    store of ``$KILN_HOME`` (:func:`_stores`; ``--out`` also inside a backend's default
+    cache directory); the work directory in ``--out``, in a store, in a cache directory
+    or in the source (a copy of the source into itself never ends); ``--out`` and
+    ``--cache-dir`` one in the other (a cache evicts files it did not write, and a wheel
+    directory is no place for cache entries); an output location that is the source
+    tree itself.
+
+    ``--out`` (``kiln build . --out wheels``), the cache directory and kiln's homes may
+    lie in the source tree: a wheel, a record or a cache entry written there would
+    otherwise change the next build's source digest, and the wheel cache would never
+    serve it. They are added to the copy's exclusions (``source.exclude``) for this run,
+    as literal paths, unless an exclusion covers them already.
+    """
+    from wheelkiln.paths import kiln_home, state_home
+
+    workdir = locations.job_root
+    out, cache_dir = locations.out_dir, locations.cache_dir
+    source = _local_source(loaded)
+    where = f"the work directory {workdir}" + (
+        " (--workdir)" if locations.workdir is not None else " ($KILN_HOME/work)"
+    )
+    named: list[tuple[str, Path]] = [("--out", out)]
     if cache_dir is not None:
-        check_output_dir(cache_dir, "--cache-dir")
+        named.append(("--cache-dir", cache_dir))
+    if source is not None:
+        named.append((f"{loaded.path}: source.path", source))
+    for what, path in named:
+        _refuse_in_kilns_own(what, path, workdir, where, cell.id, with_caches=what == "--out")
+    _refuse_in_kilns_own(where, workdir, workdir, where, cell.id, with_caches=True)
+    if _inside(workdir, out):
+        raise UsageError(
+            f"{where} {_is_or_lies_in(workdir, out)} --out {out}: the job trees would be "
+            "mixed with the wheels.",
+            hint="Give --out and --workdir apart, neither inside the other.",
+        )
+    if cache_dir is not None:
+        if _inside(out, cache_dir) or _inside(cache_dir, out):
+            overlap = (
+                f"--out {out} is also --cache-dir"
+                if out == cache_dir
+                else f"--out {out} and --cache-dir {cache_dir} lie one in the other"
+            )
+            raise UsageError(
+                f"{overlap}: a cache evicts files it did not write, and cache entries do not "
+                "belong beside wheels.",
+                hint="Give --out and --cache-dir apart, neither inside the other.",
+            )
+        if _inside(workdir, cache_dir):
+            raise UsageError(
+                f"{where} {_is_or_lies_in(workdir, cache_dir)} --cache-dir {cache_dir}: a "
+                "cache evicts files it did not write, the job trees' among them.",
+                hint="Give --workdir outside --cache-dir.",
+            )
+    if source is None:
+        return loaded
+    if _inside(workdir, source):
+        raise UsageError(
+            f"{where} {_is_or_lies_in(workdir, source)} the source tree {source} "
+            f"({loaded.path}: source.path): each job copies the source into the work "
+            "directory, so the copy would copy itself without end.",
+            hint=f"Choose a --workdir outside {source}"
+            + ("." if locations.workdir is not None else " (or set $KILN_HOME elsewhere)."),
+        )
+    # The default cache directories lie in $KILN_HOME.
+    inside = {"--out": out, "--cache-dir": cache_dir, "$KILN_HOME": kiln_home(),
+              "$KILN_STATE_HOME": state_home()}  # fmt: skip
+    return _kept_out_of_source(
+        loaded, source, {what: path for what, path in inside.items() if path is not None}
+    )
+
+
+def _refuse_in_kilns_own(
+    what: str, path: Path, workdir: Path, where: str, cell_id: str, *, with_caches: bool
+) -> None:
+    """Refuse *path* (named *what*) where it lies in a directory kiln empties or prunes
+    by itself: a job directory of the cell, a view, a store under ``$KILN_HOME`` and,
+    *with_caches*, a backend's default cache directory."""
+    from wheelkiln.paths import default_cache_dir
+
+    job_dir = _emptied_job_directory(path, workdir, cell_id)
+    if job_dir is not None:
+        raise UsageError(
+            f"{what} {path} {_is_or_lies_in(path, job_dir)} {job_dir}, named as a job "
+            f"directory of {cell_id}: kiln empties those when it builds the cell in {where}, "
+            "and what is there would be deleted.",
+            hint=f"Choose a location outside {job_dir}.",
+        )
+    stores = _stores()
+    if with_caches:
+        for backend in ("ccache", "sccache"):
+            stores[default_cache_dir(backend).resolve()] = f"the default {backend} cache"
+    for store, holds in stores.items():
+        if _inside(path, store):
+            shown = where if path == workdir else f"{what} {path}"
+            raise UsageError(
+                f"{shown} {_is_or_lies_in(path, store)} {store}, {holds}, whose entries "
+                "kiln replaces and prunes by itself.",
+                hint=f"Choose a location outside {store}.",
+            )
+
+
+def _local_source(loaded: LoadedRecipe) -> Path | None:
+    """The package directory a job copies from a local ``source.path`` (resolved);
+    None for a source kiln fetches into its own store."""
+    if loaded.recipe.source.path is None:
+        return None
+    from wheelkiln.builder.source import fetch_source
+    from wheelkiln.paths import sources_dir
+
+    return fetch_source(loaded, sources_dir()).resolve()
+
+
+def _kept_out_of_source(
+    loaded: LoadedRecipe, source: Path, locations: dict[str, Path]
+) -> LoadedRecipe:
+    """*loaded* with each of *locations* that lies in *source* added to its
+    ``source.exclude`` (see :func:`check_cell_locations`); one that is *source* itself
+    is refused, as nothing could then be left out."""
+    from wheelkiln.builder.source import is_ignored
+
+    exclude = tuple(loaded.recipe.source.exclude)
+    added: list[str] = []
+    for what, location in locations.items():
+        path = location.expanduser().resolve()
+        if not _inside(path, source):
+            continue
+        if path == source:
+            raise UsageError(
+                f"{what} {path} is the source tree ({loaded.path}: source.path): what kiln "
+                "writes there would become part of the next build's source.",
+                hint=f"Choose a directory inside {source} (e.g. {source / 'dist'}) or outside it.",
+            )
+        parts = path.relative_to(source).parts
+        if not is_ignored(parts, exclude):
+            added.append("/".join(_glob_literal(part) for part in parts))
+    if not added:
+        return loaded
+    source_model = loaded.recipe.source.model_copy(update={"exclude": (*exclude, *added)})
+    return replace(loaded, recipe=loaded.recipe.model_copy(update={"source": source_model}))
 
 
 @contextmanager
@@ -296,16 +520,34 @@ def cache_option(*, allow_none: bool = False, default: str = "the recipe's") -> 
     )
 
 
+class LocationPath(click.Path):
+    """A directory kiln writes in, as a :class:`~pathlib.Path`. An empty value is
+    refused: ``Path("")`` is the current directory, which ``--out ''`` (a variable that
+    was never set) did not mean."""
+
+    def __init__(self) -> None:
+        super().__init__(path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value:
+            self.fail(
+                "an empty path names no location; give a directory (. for the current one).",
+                param,
+                ctx,
+            )
+        return super().convert(value, param, ctx)
+
+
 def cache_dir_option(
     help_text: str = "The local cache directory (default: $KILN_HOME/<cache>).",
 ) -> Decorator[Any]:
-    return click.option("--cache-dir", type=click.Path(path_type=Path), help=help_text)
+    return click.option("--cache-dir", type=LocationPath(), help=help_text)
 
 
 def workdir_option() -> Decorator[Any]:
     return click.option(
         "--workdir",
-        type=click.Path(path_type=Path),
+        type=LocationPath(),
         help="Where job trees are built (default: $KILN_HOME/work).",
     )
 
@@ -353,7 +595,7 @@ def out_dir_option(default: str, what: str) -> Decorator[Any]:
     return click.option(
         "--out",
         "out_dir",
-        type=click.Path(path_type=Path),
+        type=LocationPath(),
         default=Path(default),
         show_default=True,
         help=f"Where {what} go.",

@@ -17,6 +17,7 @@ from wheelkiln.cli.options import (
     archive_limit_options,
     builder_lock,
     cell_option,
+    check_cell_locations,
     check_job_locations,
     count_option,
     emit_json,
@@ -92,9 +93,11 @@ def shard(
     from wheelkiln.settings import resolve_build_settings
     from wheelkiln.shard.job import describe_stores, run_shard
 
-    check_job_locations(out_dir, workdir)
+    locations = check_job_locations(out_dir, workdir)
+    out_dir, workdir = locations.out_dir, locations.workdir
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
+    loaded = check_cell_locations(locations, loaded, chosen)
     total = count or loaded.recipe.sharding.count
     options = resolve_build_settings(
         loaded, cache=cache_name, workdir=workdir, jobs=jobs, namespace=namespace, remote=remote
@@ -198,9 +201,11 @@ def link(
         raise click.MissingParameter(param_hint="'--archives'", param_type="option")
     limits = ArchiveLimits.resolve(max_unpacked_size, max_members)
     check_input_dir(shards_dir, option)
-    check_job_locations(out_dir, workdir)
+    locations = check_job_locations(out_dir, workdir)
+    out_dir, workdir = locations.out_dir, locations.workdir
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
+    loaded = check_cell_locations(locations, loaded, chosen)
     options = resolve_build_settings(
         loaded, cache=cache_name, workdir=workdir, jobs=jobs, namespace=namespace, remote=remote
     )
