@@ -683,3 +683,29 @@ def test_an_out_already_excluded_leaves_the_recipe_as_it_is(
                             ["build", str(tiny), "--out", str(tiny.parent.parent / "pkg" / "dist")])
     assert code == STOPPED, err
     assert seen["loaded"] == load_recipe(tiny)
+
+
+@pytest.mark.parametrize("wheel_cache", [True, False])
+@pytest.mark.parametrize(("line", "message"), [
+    ('requires = "setuptools>=64"',
+     "pyproject.toml: [build-system] requires must be a list of strings, not a string. "
+     "Fix the package's pyproject.toml, e.g. requires = [\"setuptools>=64\"]."),
+    ("requires = []\nx = " + "9" * 5000,
+     "pyproject.toml: not valid TOML: Exceeds the limit (4300 digits) for integer string "
+     "conversion: value has 5000 digits. Fix the package."),
+])
+def test_a_wrong_build_system_table_is_a_named_refusal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    tiny: Path, wheel_cache: bool, line: str, message: str,
+) -> None:
+    """The wheel cache reads the table first; without it, requires-python is read first,
+    and neither may end in a traceback (exit 70)."""
+    pyproject = tiny.parent.parent / "pkg" / "pyproject.toml"
+    pyproject.write_text(f"[build-system]\n{line}\n")
+    argv = ["build", str(tiny), *([] if wheel_cache else ["--no-wheel-cache"])]
+    code, _, err = run_main(monkeypatch, capsys, tmp_path, argv)
+    assert code == 2, err
+    # Read in the source, or in the job's copy of it.
+    tree = pyproject.parent if wheel_cache else tmp_path / "home" / "work" / _cell_id(tiny) / "src"
+    shown = " ".join(err[err.index("error: "):].split())
+    assert shown == f"error: {tree}/{message}", err

@@ -86,7 +86,7 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 from wheelkiln import holds, run
 from wheelkiln.builder import bytecode_store
@@ -98,6 +98,7 @@ from wheelkiln.builder.pip_config import (
     uv_environment,
     uv_install_arguments,
 )
+from wheelkiln.builder.requires_python import MOST_BYTES, small_file
 from wheelkiln.errors import (
     BuildError,
     KilnError,
@@ -142,18 +143,82 @@ class BuildSystem:
 
 
 def read_build_system(tree: Path) -> BuildSystem:
+    """The ``[build-system]`` table of the package in *tree* (PEP 518 and 517), the
+    defaults pip uses where there is no ``pyproject.toml`` or no table in it.
+
+    The package is untrusted and this runs before anything is built: the file is read
+    only where it is a regular file of at most
+    :data:`~wheelkiln.builder.requires_python.MOST_BYTES`, and every way it can be
+    wrong (not UTF-8, not TOML as Python reads it, a key of the wrong type) is a
+    :class:`RecipeError` naming the file and the key. A ``requires`` string is refused
+    rather than read as a list of one-letter requirements.
+    """
     pyproject = tree / "pyproject.toml"
-    if not pyproject.is_file():
+    if not os.path.lexists(pyproject):
         return BuildSystem(DEFAULT_REQUIRES, DEFAULT_BACKEND, ())
+    data = small_file(pyproject)
+    if data is None:
+        raise RecipeError(
+            f"{pyproject}: not read: it is no regular file of at most "
+            f"{MOST_BYTES // 2**20} MiB.",
+            hint="Fix the package: a pyproject.toml is a page of TOML.",
+        )
     try:
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise RecipeError(f"{pyproject}: not valid TOML: {exc}.", hint="Fix the package.") from None
-    table: dict[str, Any] = data.get("build-system", {})
-    return BuildSystem(
-        tuple(table.get("requires", DEFAULT_REQUIRES)),
-        str(table.get("build-backend", DEFAULT_BACKEND)),
-        tuple(table.get("backend-path", ())),
+        document = tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise RecipeError(
+            f"{pyproject}: not UTF-8 text (byte {exc.start}).", hint="Fix the package."
+        ) from None
+    except RecursionError:
+        raise RecipeError(
+            f"{pyproject}: not valid TOML: nested too deeply to read.", hint="Fix the package."
+        ) from None
+    except ValueError as exc:  # TOMLDecodeError, and an integer too long to convert
+        reason = str(exc).split(";")[0]  # not Python's advice to raise its own limit
+        raise RecipeError(
+            f"{pyproject}: not valid TOML: {reason}.", hint="Fix the package."
+        ) from None
+    table = document.get("build-system", {})
+    if not isinstance(table, dict):
+        _wrong_key(pyproject, "[build-system]", "a table", table)
+    requires = table.get("requires", list(DEFAULT_REQUIRES))
+    backend = table.get("build-backend", DEFAULT_BACKEND)
+    backend_path = table.get("backend-path", [])
+    if not _strings(requires):
+        _wrong_key(pyproject, "[build-system] requires", "a list of strings", requires)
+    if not isinstance(backend, str):
+        _wrong_key(pyproject, "[build-system] build-backend", "a string", backend)
+    if not _strings(backend_path):
+        _wrong_key(pyproject, "[build-system] backend-path", "a list of strings", backend_path)
+    return BuildSystem(tuple(requires), backend, tuple(backend_path))
+
+
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+_TOML_KINDS = {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
+               list: "an array", dict: "a table"}  # fmt: skip
+
+
+_EXAMPLES = {
+    "[build-system]": 'a [build-system] line with requires = ["setuptools>=64"] under it',
+    "[build-system] requires": 'requires = ["setuptools>=64"]',
+    "[build-system] build-backend": 'build-backend = "setuptools.build_meta"',
+    "[build-system] backend-path": 'backend-path = ["."]',
+}
+
+
+def _wrong_key(pyproject: Path, key: str, wanted: str, value: object) -> NoReturn:
+    """Refuse *key* of *pyproject*, which holds *value* where it must hold *wanted*."""
+    if isinstance(value, list) and wanted == "a list of strings":
+        kinds = {_TOML_KINDS.get(type(item), "a date or time") for item in value}
+        found = "an array holding " + " and ".join(sorted(kinds - {"a string"}))
+    else:
+        found = _TOML_KINDS.get(type(value), "a date or time")
+    raise RecipeError(
+        f"{pyproject}: {key} must be {wanted}, not {found}.",
+        hint=f"Fix the package's pyproject.toml, e.g. {_EXAMPLES[key]}.",
     )
 
 

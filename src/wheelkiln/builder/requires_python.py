@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import ast
 import configparser
+import os
+import stat
 import tomllib
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -49,15 +51,28 @@ MOST_BYTES = 1 << 20
 """A metadata file larger than this is not read here (the build reads it, or fails)."""
 
 
-def _small_text(path: Path) -> str | None:
-    """*path*'s text where it is a regular file of at most :data:`MOST_BYTES` (a source
-    is untrusted: a link to ``/dev/zero`` or a FIFO would never end); None otherwise."""
+def small_file(path: Path) -> bytes | None:
+    """*path*'s bytes where it is a regular file (or a link to one) of at most
+    :data:`MOST_BYTES`; None otherwise. A source is untrusted: a link to ``/dev/zero``
+    or a FIFO would never end, so the file is opened without waiting for a writer,
+    checked once open, and read no further than the limit."""
     try:
-        if not path.is_file() or path.stat().st_size > MOST_BYTES:
+        if not path.is_file():
             return None
-        return path.read_text(encoding="utf-8", errors="replace")
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with open(descriptor, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                return None
+            data = handle.read(MOST_BYTES + 1)
     except OSError:
         return None
+    return data if len(data) <= MOST_BYTES else None
+
+
+def _small_text(path: Path) -> str | None:
+    """*path*'s text where :func:`small_file` reads it; None otherwise."""
+    data = small_file(path)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def _setup_call_keyword(source: str, keyword: str) -> str | None:
@@ -102,7 +117,7 @@ def read_constraint(tree: Path) -> Constraint | None:
     pyproject = tree / "pyproject.toml"
     try:
         project = tomllib.loads(_small_text(pyproject) or "").get("project")
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):  # TOMLDecodeError, an integer too long to convert
         project = None  # unreadable: read_build_system says why
     # With a [project] table, setuptools takes requires-python from setup.py or
     # setup.cfg only where the table lists it as dynamic.
