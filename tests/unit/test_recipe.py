@@ -390,3 +390,38 @@ def test_executor_settings_are_checked_naming_the_key(
 ) -> None:
     message = error_of(tmp_path, GOOD + f"[executor]\n{table}\n")
     assert message.startswith(f"{tmp_path / 'pkg.toml'}: {problem}"), message
+
+
+REFUSED_ENV = {
+    "an unknown placeholder": (
+        '{ X = "{nope}" }',
+        "build.env.X uses the placeholder {nope}, which kiln does not know.",
+    ),
+    "a compiler-cache setting": (
+        '{ CCACHE_DIR = "/tmp/c" }',
+        "build.env.CCACHE_DIR configures the compiler cache, which kiln configures itself for "
+        "correctness (and removes from every build).",
+    ),
+    "a name of kiln's own": (
+        '{ KILN_HOME = "/tmp/k" }',
+        "build.env.KILN_HOME is a name of kiln's own: kiln sets such variables for each job",
+    ),
+    "nvcc flags with quotes": (
+        """{ NVCC_APPEND_FLAGS = '-Xcompiler "-O2 -g"' }""",
+        "build.env: NVCC_APPEND_FLAGS='-Xcompiler \"-O2 -g\"' holds quotes or backslashes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_ENV))
+def test_recipe_check_refuses_the_build_env_a_build_refuses(tmp_path: Path, case: str) -> None:
+    """The issue: `kiln recipe check` said ok, and `kiln build` refused the recipe."""
+    env, problem = REFUSED_ENV[case]
+    text = GOOD.replace('env = { MAX_JOBS = "2" }', f"env = {env}")
+    path = write(tmp_path, text)
+    assert error_of(tmp_path, text).startswith(f"{path}: {problem}")
+    kiln = Path(sys.executable).with_name("kiln")
+    result = subprocess.run([str(kiln), "recipe", "check", str(path)], capture_output=True,
+                            text=True, check=False)
+    assert result.returncode == 2, result.stderr
+    assert " ".join(result.stderr.split()).startswith(f"error: {path}: {problem}"), result.stderr

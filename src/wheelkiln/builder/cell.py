@@ -27,7 +27,6 @@ from wheelkiln.builder.environment import (
 )
 from wheelkiln.builder.job_env import (
     check_nvcc_flags,
-    check_recipe_env,
     expand_recipe_env,
     inherited_environment,
     jobs_environment,
@@ -63,7 +62,7 @@ from wheelkiln.paths import (
     resolve_workdir,
     sources_dir,
 )
-from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.recipe.load import LoadedRecipe, check_recipe_env
 from wheelkiln.settings import BuildOptions
 from wheelkiln.wheels.facts import WheelFacts, inspect_wheel
 

@@ -38,9 +38,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from wheelkiln.cache.backend import CACHE_ENV_PREFIXES, scrub_cache_settings
+from wheelkiln.cache.backend import scrub_cache_settings
 from wheelkiln.cache.launch import NvccEnvironmentError, nvcc_environment_args
 from wheelkiln.errors import RecipeError, UsageError
+from wheelkiln.recipe.load import PLACEHOLDER, check_recipe_env
 
 SCRUBBED = (
     "PYTHONPATH",
@@ -79,14 +80,8 @@ def check_nvcc_flags(env: Mapping[str, str]) -> None:
 
 
 # --------------------------------------------------------------------------- placeholders
-
-PLACEHOLDERS = {
-    "build_env": "the cell's build environment (its root directory)",
-    "site_packages": "the build environment's site-packages directory",
-}
-"""Placeholders a recipe's ``build.env`` values may use, with what they stand for."""
-
-_PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+# What a recipe's build.env may hold is checked where the recipe is loaded
+# (wheelkiln.recipe.load.check_recipe_env), so `kiln recipe check` and a build agree.
 
 
 def site_packages(build_env: Path) -> Path:
@@ -97,51 +92,6 @@ def site_packages(build_env: Path) -> Path:
 
 def placeholder_values(build_env: Path) -> dict[str, str]:
     return {"build_env": str(build_env), "site_packages": str(site_packages(build_env))}
-
-
-def unknown_placeholders(env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """``(key, placeholder)`` for every ``{name}`` in *env* that is no placeholder."""
-    wrong: list[tuple[str, str]] = []
-    for key, value in env.items():
-        for match in _PLACEHOLDER.finditer(value):
-            name = match.group(1)
-            if name is not None and name not in PLACEHOLDERS:
-                wrong.append((key, match.group(0)))
-    return wrong
-
-
-def check_recipe_env(env: Mapping[str, str], recipe_path: Path | str) -> None:
-    """Raise :class:`RecipeError` naming ``build.env.KEY`` for an unknown placeholder, a
-    compiler-cache setting, or nvcc flags the launcher cannot move onto the command line.
-    """
-    for key in sorted(env):
-        if key.startswith("KILN_"):
-            raise RecipeError(
-                f"{recipe_path}: build.env.{key} is a name of kiln's own: kiln sets such "
-                "variables for each job (the compiler fronts, a shard's wrapper) and reads "
-                "its settings from the environment it runs in, never from a recipe.",
-                hint=f"Remove it; to set {key} for kiln, set it where you run kiln.",
-            )
-        if key.startswith(CACHE_ENV_PREFIXES):
-            raise RecipeError(
-                f"{recipe_path}: build.env.{key} configures the compiler cache, which kiln "
-                "configures itself for correctness (and removes from every build).",
-                hint="Remove it; choose the cache with --cache and its place with --cache-dir.",
-            )
-    try:
-        nvcc_environment_args([], env)
-    except NvccEnvironmentError as error:
-        raise RecipeError(f"{recipe_path}: build.env: {error}") from None
-    wrong = unknown_placeholders(env)
-    if not wrong:
-        return
-    key, placeholder = wrong[0]
-    known = ", ".join(f"{{{name}}} ({what})" for name, what in PLACEHOLDERS.items())
-    raise RecipeError(
-        f"{recipe_path}: build.env.{key} uses the placeholder {placeholder}, which kiln "
-        "does not know.",
-        hint=f"Known placeholders: {known}. Write {{{{ and }}}} for literal braces.",
-    )
 
 
 def expand_recipe_env(
@@ -162,7 +112,7 @@ def expand_recipe_env(
             return token[0]
         return values[match.group(1)]
 
-    return {key: _PLACEHOLDER.sub(fill, value) for key, value in env.items()}
+    return {key: PLACEHOLDER.sub(fill, value) for key, value in env.items()}
 
 
 # --------------------------------------------------------------------------- jobs

@@ -13,6 +13,7 @@ import re
 import reprlib
 import stat
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -338,6 +339,68 @@ def _consistency(recipe: Recipe, path: Path) -> list[str]:
     return problems + _confinement(recipe, path)
 
 
+PLACEHOLDERS = {
+    "build_env": "the cell's build environment (its root directory)",
+    "site_packages": "the build environment's site-packages directory",
+}
+"""Placeholders a recipe's ``build.env`` values may use, with what they stand for
+(:func:`wheelkiln.builder.job_env.expand_recipe_env` fills them in)."""
+
+PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
+"""A placeholder, ``{{`` or ``}}`` in a ``build.env`` value."""
+
+
+def unknown_placeholders(env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``(key, placeholder)`` for every ``{name}`` in *env* that is no placeholder."""
+    wrong: list[tuple[str, str]] = []
+    for key, value in env.items():
+        for match in PLACEHOLDER.finditer(value):
+            name = match.group(1)
+            if name is not None and name not in PLACEHOLDERS:
+                wrong.append((key, match.group(0)))
+    return wrong
+
+
+def check_recipe_env(env: Mapping[str, str], recipe_path: Path | str) -> None:
+    """Raise :class:`RecipeError` naming ``build.env.KEY`` for an unknown placeholder, a
+    compiler-cache setting, or nvcc flags the launcher cannot move onto the command line.
+
+    Run where every recipe is loaded (:func:`parse_recipe`), and again by each build on
+    the recipe it is given: ``kiln recipe check`` passed recipes the build refused.
+    """
+    from wheelkiln.cache.backend import CACHE_ENV_PREFIXES
+    from wheelkiln.cache.launch import NvccEnvironmentError, nvcc_environment_args
+
+    for key in sorted(env):
+        if key.startswith("KILN_"):
+            raise RecipeError(
+                f"{recipe_path}: build.env.{key} is a name of kiln's own: kiln sets such "
+                "variables for each job (the compiler fronts, a shard's wrapper) and reads "
+                "its settings from the environment it runs in, never from a recipe.",
+                hint=f"Remove it; to set {key} for kiln, set it where you run kiln.",
+            )
+        if key.startswith(CACHE_ENV_PREFIXES):
+            raise RecipeError(
+                f"{recipe_path}: build.env.{key} configures the compiler cache, which kiln "
+                "configures itself for correctness (and removes from every build).",
+                hint="Remove it; choose the cache with --cache and its place with --cache-dir.",
+            )
+    try:
+        nvcc_environment_args([], env)
+    except NvccEnvironmentError as error:
+        raise RecipeError(f"{recipe_path}: build.env: {error}") from None
+    wrong = unknown_placeholders(env)
+    if not wrong:
+        return
+    key, placeholder = wrong[0]
+    known = ", ".join(f"{{{name}}} ({what})" for name, what in PLACEHOLDERS.items())
+    raise RecipeError(
+        f"{recipe_path}: build.env.{key} uses the placeholder {placeholder}, which kiln "
+        "does not know.",
+        hint=f"Known placeholders: {known}. Write {{{{ and }}}} for literal braces.",
+    )
+
+
 def _renamed_keys(data: dict[str, Any], path: Path) -> None:
     """Keys with a new name: the old one is still read, with a warning naming the file
     and the new key; both at once is an error (which one would win is a guess)."""
@@ -381,6 +444,7 @@ def parse_recipe(data: dict[str, Any], path: Path) -> Recipe:
         raise RecipeError(
             "\n".join(problems), hint=f"Fix the recipe, then run: kiln recipe check {path}"
         )
+    check_recipe_env(recipe.build.env, path)
     return recipe
 
 
