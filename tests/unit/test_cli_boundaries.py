@@ -709,3 +709,24 @@ def test_a_wrong_build_system_table_is_a_named_refusal(
     tree = pyproject.parent if wheel_cache else tmp_path / "home" / "work" / _cell_id(tiny) / "src"
     shown = " ".join(err[err.index("error: "):].split())
     assert shown == f"error: {tree}/{message}", err
+
+
+def test_link_refuses_archives_in_a_directory_it_empties(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    tiny: Path,
+) -> None:
+    """The link job clears ``<cell>-link.shards`` before it reads the archives: ones
+    kept there would be gone before they were read."""
+    archives = tmp_path / "home" / "work" / f"{_cell_id(tiny)}-link.shards"
+    archives.mkdir(parents=True)
+    kept = archives / f"{_cell_id(tiny)}-shard-0-of-2.tar.gz"
+    kept.write_bytes(b"an archive")
+    code, _, err = run_main(monkeypatch, capsys, tmp_path,
+                            ["link", str(tiny), "--archives", f"~/{archives.name}"],
+                            {"HOME": str(archives.parent)})
+    assert code == 2, err
+    assert " ".join(err.split()).startswith(
+        f"error: --archives {archives} is {archives}, named as a job directory of "
+        f"{_cell_id(tiny)}"
+    ), err
+    assert kept.read_bytes() == b"an archive"

@@ -11,7 +11,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -184,13 +184,17 @@ def _glob_literal(name: str) -> str:
 
 
 def check_cell_locations(
-    locations: JobLocations, loaded: LoadedRecipe, cell: Cell
+    locations: JobLocations,
+    loaded: LoadedRecipe,
+    cell: Cell,
+    reads: Mapping[str, Path] | None = None,
 ) -> LoadedRecipe:
     """Refuse, before any work, locations that a job of *cell* would destroy or that
     would destroy its work; return *loaded* with the locations that lie in its local
     source tree left out of the source's copy and digest.
 
-    Refused: ``--out``, ``--cache-dir`` or the source inside what a job empties (the
+    Refused: ``--out``, ``--cache-dir``, the source or what the job *reads* (option →
+    resolved directory, e.g. ``--archives``) inside what a job empties (the
     cell's job directories and the views, :func:`_emptied_job_directory`) or inside a
     store of ``$KILN_HOME`` (:func:`_stores`; ``--out`` also inside a backend's default
     cache directory); the work directory in ``--out``, in a store, in a cache directory
@@ -218,6 +222,7 @@ def check_cell_locations(
         named.append(("--cache-dir", cache_dir))
     if source is not None:
         named.append((f"{loaded.path}: source.path", source))
+    named.extend((reads or {}).items())
     for what, path in named:
         _refuse_in_kilns_own(what, path, workdir, where, cell.id, with_caches=what == "--out")
     _refuse_in_kilns_own(where, workdir, workdir, where, cell.id, with_caches=True)
@@ -521,9 +526,11 @@ def cache_option(*, allow_none: bool = False, default: str = "the recipe's") -> 
 
 
 class LocationPath(click.Path):
-    """A directory kiln writes in, as a :class:`~pathlib.Path`. An empty value is
-    refused: ``Path("")`` is the current directory, which ``--out ''`` (a variable that
-    was never set) did not mean."""
+    """A directory kiln writes in, as a :class:`~pathlib.Path` with a leading ``~``
+    expanded: a quoted ``--out '~/wheels'`` reaches kiln unexpanded, and the check,
+    the job and its messages must all mean the same place. An empty value is refused:
+    ``Path("")`` is the current directory, which ``--out "$DIST"`` with DIST unset did
+    not mean."""
 
     def __init__(self) -> None:
         super().__init__(path_type=Path)
@@ -535,7 +542,8 @@ class LocationPath(click.Path):
                 param,
                 ctx,
             )
-        return super().convert(value, param, ctx)
+        converted = super().convert(value, param, ctx)
+        return converted.expanduser() if isinstance(converted, Path) else converted
 
 
 def cache_dir_option(

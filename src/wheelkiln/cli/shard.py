@@ -200,12 +200,12 @@ def link(
     if shards_dir is None:
         raise click.MissingParameter(param_hint="'--archives'", param_type="option")
     limits = ArchiveLimits.resolve(max_unpacked_size, max_members)
-    check_input_dir(shards_dir, option)
+    shards_dir = check_input_dir(shards_dir, option)
     locations = check_job_locations(out_dir, workdir)
     out_dir, workdir = locations.out_dir, locations.workdir
     loaded = find_recipe(recipe_ref)
     chosen = select_cell(loaded.recipe, cell)
-    loaded = check_cell_locations(locations, loaded, chosen)
+    loaded = check_cell_locations(locations, loaded, chosen, reads={option: shards_dir})
     options = resolve_build_settings(
         loaded, cache=cache_name, workdir=workdir, jobs=jobs, namespace=namespace, remote=remote
     )
@@ -278,7 +278,7 @@ def shard_plan(
     from wheelkiln.shard.balance import BalancePlan, balance, read_costs
 
     limits = ArchiveLimits.resolve(max_unpacked_size, max_members)
-    check_output_file(out_path, "--out")
+    out_path = check_output_file(out_path, "--out")
     plan = balance(read_costs(list(sources), limits), count)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(plan.mapping, indent=2, sort_keys=True) + "\n")
