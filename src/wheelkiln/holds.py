@@ -8,12 +8,18 @@ takes the same lock exclusively, without waiting, and removes nothing a process 
 a process that starts to use the thing meanwhile waits, then finds it gone and makes
 or fetches it again. The ``.inuse`` files stay: deleting one while another process opens
 it would let two processes lock two different files of one name.
+
+Every file kiln opens under these roots, marks and locks included, is opened with
+:func:`open_regular`: a fifo, a device or a symbolic link where a file belongs would
+otherwise block the open, or be read without end (a link to ``/dev/zero``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import json
 import os
 import shutil
 import stat
@@ -21,7 +27,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Removal = Literal["removed", "would remove", "recent", "in use", "gone"]
 """What a prune did with one kept thing older than its age."""
@@ -30,6 +36,44 @@ _held: dict[Path, int] = {}
 """The open descriptor of each mark this process holds: a plain descriptor, which the
 interpreter's exit closes without a warning, where a file object left open warns."""
 _held_guard = threading.Lock()
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+    """A descriptor of the regular file at *path*, opened with *flags* (``O_CREAT``
+    among them makes it). The open follows no symbolic link and never waits (a fifo
+    with no writer); anything but a regular file is refused with an OSError, as a
+    missing one is (FileNotFoundError)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link, not a regular file", str(path)) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_json(path: Path, max_bytes: int) -> Any:
+    """The JSON document in the regular file at *path*. A file larger than *max_bytes*,
+    one that is not JSON, nests too deep for the parser, or holds a non-finite number
+    is a ValueError; one that cannot be read an OSError."""
+    with os.fdopen(open_regular(path), "rb") as handle:
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes} bytes")
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not a number JSON allows")
+
+    try:
+        return json.loads(data, parse_constant=refuse)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
 
 
 def hold(root: Path, key: str) -> None:
@@ -45,7 +89,7 @@ def hold(root: Path, key: str) -> None:
         try:
             if fd is None:
                 root.mkdir(parents=True, exist_ok=True)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o666)
+                fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
                 try:
                     fcntl.flock(fd, fcntl.LOCK_SH)
                 except OSError:
@@ -55,7 +99,8 @@ def hold(root: Path, key: str) -> None:
             os.utime(fd)
         except OSError:
             # A directory this process cannot write (kept things shared read-only):
-            # nothing here can remove them either.
+            # nothing here can remove them either. A mark that is not a regular file
+            # (a fifo, a link) cannot be locked by a prune either: it keeps the thing.
             return
 
 
@@ -71,19 +116,22 @@ def last_used(root: Path, key: str, fallback: Path) -> float:
     uses were marked: its record), else 0."""
     for marked in (root / f"{key}.inuse", fallback):
         try:
-            return marked.stat().st_mtime
+            return marked.lstat().st_mtime  # a link's own time: its target is no mark
         except OSError:
             continue
     return 0.0
 
 
 def busy(root: Path, key: str) -> bool:
-    """True when a process holds *key* (this one included). Creates nothing: a holder
-    makes the file."""
+    """True when a process holds *key* (this one included), or its mark is something
+    no process can lock (not a regular file: a prune keeps it too). Creates nothing: a
+    holder makes the file."""
     try:
-        probe = (root / f"{key}.inuse").open()
+        probe = os.fdopen(open_regular(root / f"{key}.inuse"), "rb")
     except FileNotFoundError:
         return False
+    except OSError:
+        return True
     with probe:
         try:
             fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -98,7 +146,8 @@ def mark_unmarked(inuse: Path, last_used: float) -> None:
     if inuse.exists():
         return
     staged = inuse.with_name(f".{inuse.name}.{os.getpid()}")
-    staged.touch()
+    staged.unlink(missing_ok=True)  # left by a killed process of this pid
+    staged.touch(exist_ok=False)  # made here, never a link or fifo found in its place
     os.utime(staged, (last_used, last_used))
     try:
         os.link(staged, inuse)
@@ -156,16 +205,19 @@ def remove_path(path: Path) -> None:
 
 @contextmanager
 def _exclusive(locks: Sequence[Path]) -> Iterator[bool]:
-    """Each of *locks* that is a file, taken exclusively without waiting: True when all
-    were had."""
+    """Each of *locks* that exists, taken exclusively without waiting: True when all
+    were had. One that is not a regular file (a fifo, a link) cannot be taken, so a
+    process using the thing could not have marked it: not free."""
     with contextlib.ExitStack() as stack:
         for path in locks:
             try:
-                if not stat.S_ISREG(path.lstat().st_mode):
-                    continue
-            except OSError:
+                fd = open_regular(path, os.O_WRONLY | os.O_APPEND)
+            except FileNotFoundError:
                 continue
-            lock = stack.enter_context(path.open("a"))
+            except OSError:
+                yield False
+                return
+            lock = stack.enter_context(os.fdopen(fd, "ab"))
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

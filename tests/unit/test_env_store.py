@@ -6,12 +6,15 @@ last, lock files beside); the process that holds one is a real second process.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -333,3 +336,112 @@ def test_a_bad_age_is_refused_by_name(
     assert code == 2
     assert "--unused-for" in err and "write it as 30d, 12h, 90m, 45s or a number of days" in err
     assert (tmp_path / "home" / "envs" / ("a" * 16)).is_dir()
+
+
+class TookTooLong(BaseException):
+    """Not an OSError (TimeoutError is one), which the code under test may catch."""
+
+
+@contextlib.contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """Fails the test, instead of hanging it, when the block runs longer than *seconds*."""
+
+    def late(_signal: int, _frame: object) -> None:
+        raise TookTooLong(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _swap(path: Path, kind: str) -> None:
+    """Put a fifo or a link to /dev/zero at *path*, changed 40 days ago."""
+    path.unlink(missing_ok=True)
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    when = time.time() - 40 * DAY
+    os.utime(path, (when, when), follow_symlinks=False)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_a_mark_or_lock_that_is_no_regular_file_never_blocks_and_keeps_the_environment(
+    kind: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "envs"
+    path = make_env(root, "a" * 16, age_days=40)
+    _swap(root / f"{'a' * 16}.inuse", kind)
+    with within(5):
+        listed = env_store.stored(root, "build")
+        # No process can lock such a mark, so none could mark its use: kept as in use.
+        assert [(e.key, e.in_use) for e in listed] == [("a" * 16, True)]
+        assert [p.outcome for p in env_store.prune(listed, 30 * DAY)] == ["in use"]
+        holds.hold(root, "a" * 16)  # goes on without a mark
+    assert path.is_dir()
+    # The make lock alone.
+    (root / f"{'a' * 16}.inuse").unlink()
+    _swap(root / f"{'a' * 16}.lock", kind)
+    with within(5):
+        listed = env_store.stored(root, "build")
+        assert [p.outcome for p in env_store.prune(listed, 30 * DAY)] == ["being made"]
+        # An unfinished environment whose lock is no regular file: its maker may be at work.
+        unfinished = root / ("b" * 16)
+        unfinished.mkdir()
+        _swap(root / f"{'b' * 16}.lock", kind)
+        assert list(env_store.leftovers(root, "build")) == []
+    assert path.is_dir() and unfinished.is_dir()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link"])
+def test_a_store_lock_that_is_no_regular_file_keeps_the_thing(kind: str, tmp_path: Path) -> None:
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    mark = tmp_path / "kept.inuse"
+    _swap(mark, kind)
+    with within(5):
+        outcome = holds.remove_unused(
+            kept, [mark], lambda _path: 0.0, now=time.time(), unused_for=DAY, dry_run=False
+        )
+    assert outcome == "in use" and kept.is_dir()
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"requires": 5}', "its requires is not a list of requirements"),
+        ('{"requires": ["setuptools", 5]}', "its requires is not a list of requirements"),
+        ("[1]", "its requires is not a list of requirements"),
+        ('{"requires": ' + "[" * 100_000, "nested too deep"),
+        ('{"requires": [], "n": ' + "9" * 5000 + "}", "Exceeds the limit"),
+        ('{"requires": [NaN]}', "NaN is not a number JSON allows"),
+    ],
+)
+def test_an_unreadable_record_lists_the_environment_without_requirements(
+    text: str, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    home = tmp_path / "home"
+    path = make_env(home / "envs", "a" * 16, age_days=40)
+    make_env(home / "envs", "b" * 16, age_days=1)
+    (path / "kiln-env.json").write_text(text)
+    code, out, err = _kiln(["envs", "list", "--json"], home, capsys, monkeypatch)
+    assert code == 0
+    assert [(e["key"], e["requires"]) for e in json.loads(out)] == [
+        ("a" * 16, []), ("b" * 16, ["setuptools", "pybind11"])
+    ]
+    assert (f"warning: {path / 'kiln-env.json'}: not a readable environment record ("
+            in err)  # fmt: skip
+    assert reason in err and "listed without its requirements" in err
+    # Still prunable.
+    code, out, err = _kiln(["envs", "prune", "--unused-for", "30d", "--json"], home, capsys,
+                           monkeypatch)  # fmt: skip
+    assert code == 0
+    assert {e["key"]: e["outcome"] for e in json.loads(out)["environments"]} == {
+        "a" * 16: "removed", "b" * 16: "recent"
+    }
+    assert not path.exists()

@@ -25,7 +25,6 @@ name.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import shutil
@@ -37,13 +36,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
-from wheelkiln.holds import busy, last_used, mark_unmarked
+from wheelkiln import ui
+from wheelkiln.holds import busy, last_used, mark_unmarked, open_regular, read_json
 
 KEY = re.compile(r"[0-9a-f]{16}")
 """An environment's directory name: a digest (``lock_key``, ``environment_key``)."""
 RECORDS = {"build": "kiln-env.json", "smoke": "kiln-smoke-env.json"}
 """The record each kind of environment writes last, when it is complete."""
 Kind = Literal["build", "smoke"]
+MAX_RECORD_BYTES = 16 * 1024**2
+"""A record is its interpreter, requirements and lock: kilobytes; more is not one."""
 
 @dataclass(frozen=True)
 class Stored:
@@ -101,6 +103,31 @@ def _size(path: Path) -> tuple[int, int]:
     return total, own
 
 
+def _requires(record: Path) -> tuple[str, ...]:
+    """What the environment whose record is *record* was asked to hold; none, with a
+    warning, for a record that does not say (the environment is still listed, so a
+    prune can remove it)."""
+    try:
+        data = read_json(record, MAX_RECORD_BYTES)
+        requires = data.get("requires", []) if isinstance(data, dict) else None
+        if not isinstance(requires, list) or not all(isinstance(r, str) for r in requires):
+            raise ValueError("its requires is not a list of requirements")
+    except (OSError, ValueError) as exc:
+        ui.warn(f"{record}: not a readable environment record ({exc}); listed without "
+                "its requirements.")  # fmt: skip
+        return ()
+    return tuple(requires)
+
+
+def _lock(path: Path) -> IO[bytes] | None:
+    """*path* opened to be locked (made if missing), or None when it is not a regular
+    file: a fifo or a link there is no lock any kiln process took."""
+    try:
+        return os.fdopen(open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
+    except OSError:
+        return None
+
+
 def stored(root: Path, kind: Kind) -> list[Stored]:
     """The complete environments of *kind* under *root*, by key."""
     found: list[Stored] = []
@@ -110,10 +137,7 @@ def stored(root: Path, kind: Kind) -> list[Stored]:
         record = path / RECORDS[kind]
         if not KEY.fullmatch(path.name) or path.is_symlink() or not record.is_file():
             continue
-        try:
-            requires = tuple(str(r) for r in json.loads(record.read_text()).get("requires", []))
-        except (OSError, ValueError, AttributeError):
-            requires = ()
+        requires = _requires(record)
         size, own = _size(path)
         found.append(
             Stored(
@@ -158,8 +182,16 @@ def prune(
         with ExitStack() as locks:
             inuse = root / f"{key}.inuse"
             mark_unmarked(inuse, environment.last_used)
-            use = locks.enter_context(inuse.open("a"))
-            make = locks.enter_context((root / f"{key}.lock").open("a"))
+            use = _lock(inuse)
+            if use is None:
+                yield Pruned(environment, "in use")  # a mark no process can lock: kept
+                continue
+            locks.enter_context(use)
+            make = _lock(root / f"{key}.lock")
+            if make is None:
+                yield Pruned(environment, "being made")
+                continue
+            locks.enter_context(make)
             try:
                 fcntl.flock(use, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -213,9 +245,12 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _free(lock: Path) -> IO[str] | None:
-    """*lock* held exclusively, or None when a process holds it."""
-    handle = lock.open("a")
+def _free(lock: Path) -> IO[bytes] | None:
+    """*lock* held exclusively, or None when a process holds it (or it is not a regular
+    file, which no process could have taken)."""
+    handle = _lock(lock)
+    if handle is None:
+        return None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -251,11 +286,11 @@ def leftovers(root: Path, kind: Kind, *, dry_run: bool = False) -> Iterator[Left
             continue
         with ExitStack() as held:
             handles = [_free(lock) for lock in locks if lock.parent.is_dir()]
+            for handle in handles:
+                if handle is not None:
+                    held.enter_context(handle)  # closed here, even when one is not had
             if any(handle is None for handle in handles):
                 continue  # its maker is still at work
-            for handle in handles:
-                assert handle is not None
-                held.enter_context(handle)
             # The record may have been written since the listing: a finished environment.
             if what == "unfinished" and (path / RECORDS[kind]).exists():
                 continue
