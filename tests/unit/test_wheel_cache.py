@@ -3,15 +3,20 @@ entries dropped instead of served."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import sys
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from wheelkiln import cli
 from wheelkiln.builder import wheel_cache
 from wheelkiln.builder.cmake_id import COMPILER_VARIABLES
 from wheelkiln.builder.compiler_answers import DRIVER_VARIABLES
@@ -145,20 +150,20 @@ def test_a_damaged_entry_stored_again_while_it_is_dropped_stays(
     good = make_wheel(tmp_path / "b" / "demo-0.1-py3-none-any.whl")
     damaged = cache.store(key, make_wheel(tmp_path / "a" / "demo-0.1-py3-none-any.whl"), {})
     damaged.wheel.write_bytes(damaged.wheel.read_bytes()[:-5])
-    real = wheel_cache.sha256_file
+    real = wheel_cache._wheel_matches
     calls = 0
 
-    def checked_while_b_stores(path: Path) -> str:
+    def checked_while_b_stores(entry: Path, read: Any) -> bool:
         nonlocal calls
         calls += 1
         if calls == 1:  # A is checking the damaged wheel: B runs now
             assert cache.store(key, good, {"by": "B"}).record["by"] == "B"
-            return "0" * 64  # what A read: the damaged wheel's bytes
-        return real(path)
+            return False  # what A read: the damaged wheel
+        return real(entry, read)
 
-    monkeypatch.setattr(wheel_cache, "sha256_file", checked_while_b_stores)
+    monkeypatch.setattr(wheel_cache, "_wheel_matches", checked_while_b_stores)
     assert cache.lookup(key) is None  # A: a miss, and it drops what it found
-    monkeypatch.setattr(wheel_cache, "sha256_file", real)
+    monkeypatch.setattr(wheel_cache, "_wheel_matches", real)
     kept = cache.lookup(key)
     assert kept is not None and kept.record["by"] == "B"
     assert kept.wheel.read_bytes() == good.read_bytes()
@@ -223,14 +228,14 @@ def test_serving_a_damaged_or_hostile_entry_drops_it_and_writes_nothing(tmp_path
     wheel.write_bytes(wheel.read_bytes()[:-5])
     out = tmp_path / "out"
     assert cache.serve(digest(), out) is None
-    assert not entry.exists() and list(out.iterdir()) == []
+    assert not entry.exists() and not out.exists()
     # A record naming a file outside its entry is not followed.
     entry = _stored(tmp_path, cache, digest())
     (tmp_path / "secret.whl").write_bytes(b"x")
     (entry / "record.json").write_text(json.dumps({"wheel": {"name": "../../../secret.whl",
                                                              "sha256": "0"}}))
     assert cache.serve(digest(), out) is None
-    assert not entry.exists() and list(out.iterdir()) == []
+    assert not entry.exists() and not out.exists()
 
 
 def test_an_entry_pruned_while_it_is_served_is_served_whole(
@@ -239,16 +244,16 @@ def test_an_entry_pruned_while_it_is_served_is_served_whole(
     cache = WheelCache(tmp_path / "wheels")
     entry = _stored(tmp_path, cache, digest(), used_days_ago=40)
     expected = next(entry.glob("*.whl")).read_bytes()
-    opened = Path.open
+    opened = wheel_cache.open_regular
 
-    def open_then_prune(self: Path, *args: Any, **kwargs: Any) -> Any:
-        handle = opened(self, *args, **kwargs)
-        if self.suffix == ".whl" and self.parent == entry:
+    def open_then_prune(path: Path, *args: Any) -> int:
+        fd = opened(path, *args)
+        if path.suffix == ".whl" and path.parent == entry:
             # A prune that listed the entry before this build served it takes it now.
             assert [p.outcome for p in cache.prune(30 * 86400)] == ["removed"]
-        return handle
+        return fd
 
-    monkeypatch.setattr(Path, "open", open_then_prune)
+    monkeypatch.setattr(wheel_cache, "open_regular", open_then_prune)
     out = tmp_path / "out"
     served = cache.serve(digest(), out)
     monkeypatch.undo()
@@ -308,3 +313,133 @@ def write_old_tree(path: Path) -> Path:
     for item in (path / "keep.txt", path):
         os.utime(item, (then, then))
     return path
+
+
+class TookTooLong(BaseException):
+    """Not an OSError (TimeoutError is one), which the code under test may catch."""
+
+
+@contextlib.contextmanager
+def within(seconds: float) -> Iterator[None]:
+    """Fails the test, instead of hanging it or filling the disk, when the block runs
+    longer than *seconds*."""
+
+    def late(_signal: int, _frame: Any) -> None:
+        raise TookTooLong(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _hostile_wheel(entry: Path, kind: str) -> Path:
+    wheel = next(entry.glob("*.whl"))
+    wheel.unlink()
+    if kind == "zero":
+        wheel.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(wheel)
+    elif kind == "link":  # the same bytes, but through a link: not the cache's file
+        copy = entry.parent.parent / "elsewhere.whl"
+        copy.write_bytes(make_wheel(entry.parent.parent / "src" / wheel.name).read_bytes())
+        wheel.symlink_to(copy)
+    else:  # longer than its record says
+        wheel.write_bytes(make_wheel(entry.parent.parent / "src" / wheel.name).read_bytes() + b"x")
+    return wheel
+
+
+@pytest.mark.parametrize("kind", ["zero", "fifo", "link", "longer"])
+def test_a_wheel_that_is_not_the_regular_file_stored_is_dropped_not_served(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    for check in ("serve", "lookup"):
+        entry = _stored(tmp_path, cache, digest())
+        wheel = _hostile_wheel(entry, kind)
+        out = tmp_path / "out"
+        with within(5):
+            got = cache.serve(digest(), out) if check == "serve" else cache.lookup(digest())
+        assert got is None
+        assert not entry.exists() and not out.exists()  # dropped; no .part copy anywhere
+        err = capsys.readouterr().err
+        assert f"warning: dropped a damaged wheel cache entry: {wheel}: " in err
+        reason = {"zero": "a symbolic link, not a regular file", "fifo": "not a regular file",
+                  "link": "a symbolic link, not a regular file",
+                  "longer": "134 bytes, its record says 133"}[kind]  # fmt: skip
+        assert err.endswith(f"{reason}.\n")
+    # The build goes on as a miss, stores its wheel, and the next build is served it.
+    _stored(tmp_path, cache, digest())
+    assert cache.serve(digest(), tmp_path / "out") is not None
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("[" * 100_000, "nested too deep"),
+        ('{"wheel": {"name": "demo-0.1-py3-none-any.whl", "sha256": "' + "0" * 64
+         + '", "size": ' + "9" * 5000 + "}}", "Exceeds the limit"),
+        ('{"wheel": {"name": "demo-0.1-py3-none-any.whl", "sha256": "' + "0" * 64
+         + '", "size": Infinity}}', "Infinity is not a number JSON allows"),
+        ('{"wheel": ["demo-0.1-py3-none-any.whl"]}', "no wheel in it"),
+        ('{"wheel": {"name": "demo-0.1-py3-none-any.whl", "sha256": ["x"]}}',
+         "wheel.sha256 is not a sha256"),
+        ('{"wheel": {"name": "demo-0.1-py3-none-any.whl", "sha256": "' + "0" * 64
+         + '", "size": -1}}', "wheel.size is not a number of bytes"),
+    ],
+)  # fmt: skip
+def test_an_unreadable_record_is_a_miss_with_a_warning_naming_it(
+    text: str, reason: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    entry = _stored(tmp_path, cache, digest())
+    (entry / "record.json").write_text(text)
+    listed = cache.kept()
+    assert [(kept.digest, kept.wheel) for kept in listed] == [(digest(), "")]  # damaged
+    err = capsys.readouterr().err
+    assert f"warning: {entry / 'record.json'}: not a readable record (" in err
+    assert reason in err and "the entry is listed as damaged" in err
+    assert cache.lookup(digest()) is None and not entry.exists()
+    assert f"dropped a damaged wheel cache entry: {entry / 'record.json'}" in capsys.readouterr().err
+    entry = _stored(tmp_path, cache, digest())
+    (entry / "record.json").write_text(text)
+    assert cache.serve(digest(), tmp_path / "out") is None and not entry.exists()
+
+
+def test_a_record_that_is_a_fifo_or_a_link_to_dev_zero_is_never_read(tmp_path: Path) -> None:
+    cache = WheelCache(tmp_path / "wheels")
+    for hostile in (os.mkfifo, lambda path: Path(path).symlink_to("/dev/zero")):
+        entry = _stored(tmp_path, cache, digest())
+        (entry / "record.json").unlink()
+        hostile(entry / "record.json")
+        with within(5):
+            assert [kept.wheel for kept in cache.kept()] == [""]
+            assert cache.serve(digest(), tmp_path / "out") is None
+        assert not entry.exists()
+
+
+def test_kiln_wheels_list_shows_a_damaged_entry_and_exits_0(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KILN_HOME", str(tmp_path / "home"))
+    cache = WheelCache()
+    good = _stored(tmp_path, cache, "a" * 64, used_days_ago=2)
+    bad = _stored(tmp_path, cache, "b" * 64, used_days_ago=1)
+    (bad / "record.json").write_text("[" * 100_000)
+    monkeypatch.setattr(sys, "argv", ["kiln", "wheels", "list", "--json"])
+    code = 0
+    try:
+        cli.main()
+    except SystemExit as exited:
+        code = int(exited.code or 0)
+    out, err = capsys.readouterr()
+    assert code == 0
+    # The damaged entry by its directory's time (now): no record says when it was used.
+    listed = json.loads(out)
+    assert [(e["digest"], e["wheel"]) for e in listed] == [
+        ("a" * 64, next(good.glob("*.whl")).name), ("b" * 64, "")
+    ]
+    assert f"warning: {bad / 'record.json'}: not a readable record (nested too deep)" in err

@@ -12,7 +12,10 @@ Entries are ``ROOT/<2 hex>/<digest>/`` holding the wheel under its own file name
 ``record.json`` (the build record, plus ``input_digest``). An entry is written in a
 temporary directory and renamed into place, so a reader sees a whole entry or none; a
 lookup checks the wheel's sha256 against the record and drops an entry that does not
-match instead of serving it.
+match instead of serving it. The wheel and the record are opened only where each is a
+regular file (never through a link, never a fifo or device), and no more than the
+record's size of the wheel is read: an entry is damaged, never a hang or a full disk,
+and a damaged entry is dropped with a warning while the build builds.
 
 An entry's last use is its ``record.json``'s modification time: set when it is stored
 and each time it serves a wheel. ``kiln wheels prune --unused-for AGE`` removes the
@@ -31,6 +34,7 @@ import datetime as dt
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import tempfile
@@ -38,8 +42,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
+from wheelkiln import ui
 from wheelkiln.builder.cmake_id import (
     COMPILER_VARIABLES,
     JOB_VARIABLES,
@@ -48,7 +53,7 @@ from wheelkiln.builder.cmake_id import (
 )
 from wheelkiln.digest import sha256_file
 from wheelkiln.disk_usage import tree_size
-from wheelkiln.holds import remove_path
+from wheelkiln.holds import open_regular, read_json, remove_path
 from wheelkiln.paths import wheel_cache_dir
 
 if TYPE_CHECKING:
@@ -275,35 +280,119 @@ class PrunedWheel:
         return {**self.entry.as_json(), "outcome": self.outcome, "leftover": self.leftover}
 
 
-def _parse_entry(entry: Path) -> tuple[dict[str, Any], str, str] | None:
-    """An entry's record, its wheel's file name and sha256; None where there is no
-    readable record, or one naming a file outside the entry."""
+MAX_RECORD_BYTES = 64 * 1024**2
+"""A build record is kilobytes (its wheel's extensions, tools, counters); a record.json
+larger than this is not one."""
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class DamagedEntry(Exception):
+    """An entry whose record or wheel cannot be what :meth:`WheelCache.store` wrote."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    record: dict[str, Any]
+    name: str
+    """The wheel's file name, inside the entry."""
+    sha256: str
+    size: int | None
+    """The wheel's bytes as stored (None in an entry stored before sizes were kept)."""
+
+
+def _parse_entry(entry: Path) -> _Entry | None:
+    """An entry's record and what it says of its wheel; None where there is no entry
+    (never stored, or renamed away by a prune). DamagedEntry, naming the file, where
+    there is one and its record is unreadable, is not a regular file, or names a file
+    outside the entry."""
+    record_path = entry / "record.json"
     try:
-        record = json.loads((entry / "record.json").read_text(encoding="utf-8"))
-        name, expected = record["wheel"]["name"], record["wheel"]["sha256"]
+        record = read_json(record_path, MAX_RECORD_BYTES)
+        facts = record.get("wheel") if isinstance(record, dict) else None
+        if not isinstance(facts, dict):
+            raise ValueError("no wheel in it")
+        name, expected, size = facts.get("name"), facts.get("sha256"), facts.get("size")
         if not isinstance(name, str) or Path(name).name != name or name.startswith("."):
             raise ValueError(f"not a wheel's file name: {name!r}")
-    except (OSError, ValueError, KeyError, TypeError):
+        if not isinstance(expected, str) or not SHA256.fullmatch(expected):
+            raise ValueError("wheel.sha256 is not a sha256")
+        if size is not None and (type(size) is not int or size < 0):
+            raise ValueError("wheel.size is not a number of bytes")
+    except FileNotFoundError:
+        if not os.path.lexists(entry):
+            return None
+        raise DamagedEntry(f"{record_path}: missing") from None
+    except (OSError, ValueError) as exc:
+        raise DamagedEntry(f"{record_path}: not a readable record ({exc})") from None
+    return _Entry(record, name, expected, size)
+
+
+def _read_entry(entry: Path) -> _Entry | None:
+    """:func:`_parse_entry`, dropping a damaged entry with a warning; one a prune
+    renamed away is simply not there."""
+    try:
+        return _parse_entry(entry)
+    except DamagedEntry as exc:
+        _discard(entry, str(exc))
         return None
-    return record, name, str(expected)
 
 
-def _read_entry(entry: Path) -> tuple[dict[str, Any], str, str] | None:
-    """:func:`_parse_entry`, dropping a damaged entry; one a prune renamed away is simply
-    not there."""
-    read = _parse_entry(entry)
-    if read is None:
-        _drop(entry)
-    return read
+def _discard(entry: Path, why: str) -> None:
+    ui.warn(f"dropped a damaged wheel cache entry: {why}.")
+    _drop(entry)
+
+
+def _open_wheel(entry: Path, read: _Entry) -> tuple[IO[bytes], os.stat_result]:
+    """The entry's wheel, opened where it is a regular file of the record's size, and
+    its status. FileNotFoundError where the entry is gone (a prune); DamagedEntry,
+    naming the file, where it is damaged."""
+    wheel = entry / read.name
+    try:
+        handle = os.fdopen(open_regular(wheel), "rb")
+    except FileNotFoundError:
+        if not os.path.lexists(entry):
+            raise
+        raise DamagedEntry(f"{wheel}: missing") from None
+    except OSError as exc:
+        raise DamagedEntry(f"{wheel}: {exc.strerror or exc}") from None
+    kept = os.fstat(handle.fileno())
+    if read.size is not None and kept.st_size != read.size:
+        handle.close()
+        raise DamagedEntry(f"{wheel}: {kept.st_size} bytes, its record says {read.size}")
+    return handle, kept
+
+
+def _copy_wheel(source: IO[bytes], size: int, copy: IO[bytes] | None = None) -> str:
+    """The sha256 of *source*'s first *size* bytes, written to *copy* as they are read:
+    a file that grows meanwhile is read no further."""
+    digest_of = hashlib.sha256()
+    left = size
+    while left > 0:
+        block = source.read(min(left, 1 << 20))
+        if not block:
+            break
+        left -= len(block)
+        digest_of.update(block)
+        if copy is not None:
+            copy.write(block)
+    return digest_of.hexdigest()
+
+
+def _wheel_matches(entry: Path, read: _Entry) -> bool:
+    """The entry's wheel is a regular file whose bytes match the record's sha256
+    (DamagedEntry where it is not; FileNotFoundError where the entry went)."""
+    handle, kept = _open_wheel(entry, read)
+    with handle:
+        return _copy_wheel(handle, kept.st_size) == read.sha256
 
 
 def _whole(entry: Path) -> bool:
     """The entry's record is readable and its wheel matches the record's sha256."""
-    read = None if entry.is_symlink() else _parse_entry(entry)
-    if read is None:
+    try:
+        read = None if entry.is_symlink() else _parse_entry(entry)
+        return read is not None and _wheel_matches(entry, read)
+    except (DamagedEntry, OSError):
         return False
-    wheel = entry / read[1]
-    return wheel.is_file() and not wheel.is_symlink() and sha256_file(wheel) == read[2]
 
 
 def _drop(entry: Path) -> None:
@@ -339,12 +428,15 @@ class WheelCache:
         read = _read_entry(entry)
         if read is None:
             return None
-        record, name, expected = read
-        wheel = entry / name
-        if not wheel.is_file() or sha256_file(wheel) != expected:
-            _drop(entry)
+        try:
+            if not _wheel_matches(entry, read):
+                raise DamagedEntry(f"{entry / read.name}: its sha256 is not its record's")
+        except DamagedEntry as exc:
+            _discard(entry, str(exc))
             return None
-        return CachedWheel(digest, wheel, record)
+        except OSError:
+            return None  # renamed away by a prune, or unreadable: a miss either way
+        return CachedWheel(digest, entry / read.name, read.record)
 
     def serve(self, digest: str, out_dir: Path) -> CachedWheel | None:
         """Copy the wheel kept for *digest* into *out_dir* and mark the entry used now;
@@ -358,45 +450,58 @@ class WheelCache:
         read = _read_entry(entry)
         if read is None:
             return None
-        record, name, expected = read
+        name = read.name
         try:
-            source = (entry / name).open("rb")
-        except OSError:
-            _drop(entry)  # damaged; one renamed away by a prune is not there
+            source, kept = _open_wheel(entry, read)
+        except DamagedEntry as exc:
+            _discard(entry, str(exc))
             return None
-        out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            return None  # renamed away by a prune since its record was read
         staged = out_dir / f".{name}.{os.getpid()}.part"
-        digest_of = hashlib.sha256()
         try:
-            with source, staged.open("wb") as copy:
-                for block in iter(lambda: source.read(1 << 20), b""):
-                    digest_of.update(block)
-                    copy.write(block)
-                kept = os.fstat(source.fileno())
-            if digest_of.hexdigest() != expected:
+            with source:
+                out_dir.mkdir(parents=True, exist_ok=True)
+                staged.unlink(missing_ok=True)  # a killed serve's, or a link put there
+                fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                with os.fdopen(fd, "wb") as copy:
+                    copied = _copy_wheel(source, kept.st_size, copy)
+            if copied != read.sha256:
                 staged.unlink()
-                _drop(entry)
+                _discard(entry, f"{entry / name}: its sha256 is not its record's")
                 return None
             os.utime(staged, ns=(kept.st_atime_ns, kept.st_mtime_ns))
             staged.replace(out_dir / name)
+        except OSError as exc:
+            # Reading the entry or writing the copy failed (a full disk): the cache
+            # gives no shortcut this time, and the build says what it makes of out_dir.
+            staged.unlink(missing_ok=True)
+            ui.warn(f"the wheel cache could not serve {name}: {exc}; building instead.")
+            return None
         except BaseException:
             staged.unlink(missing_ok=True)
             raise
-        # Renamed aside by a prune since it was opened: served all the same.
-        with contextlib.suppress(OSError):
-            os.utime(entry / "record.json")
-        return CachedWheel(digest, entry / name, record)
+        # Renamed aside by a prune since it was opened: served all the same. The record
+        # is a regular file (read_json opened it so); a link put there since is not
+        # followed.
+        with contextlib.suppress(OSError, NotImplementedError):
+            os.utime(entry / "record.json", follow_symlinks=False)
+        return CachedWheel(digest, entry / name, read.record)
 
     def kept(self) -> list[KeptWheel]:
         """Every entry, oldest use first (entries a prune has renamed aside excluded)."""
         entries: list[KeptWheel] = []
         for entry in self._entries():
             try:
-                used = (entry / "record.json").stat().st_mtime
-                record = json.loads((entry / "record.json").read_text(encoding="utf-8"))
-                facts = record["wheel"]
-                wheel, cell = str(facts["name"]), str(record.get("cell", ""))
-            except (OSError, ValueError, KeyError, TypeError):
+                read = _parse_entry(entry)
+                if read is None:
+                    continue  # removed while listed
+                used = (entry / "record.json").lstat().st_mtime
+                wheel, cell = read.name, read.record.get("cell", "")
+                cell = cell if isinstance(cell, str) else ""
+            except (DamagedEntry, OSError) as exc:
+                if isinstance(exc, DamagedEntry):
+                    ui.warn(f"{exc}; the entry is listed as damaged.")
                 try:  # damaged (no readable record): listed by its directory's time
                     used, wheel, cell = entry.stat().st_mtime, "", ""
                 except OSError:
