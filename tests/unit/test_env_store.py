@@ -6,19 +6,17 @@ last, lock files beside); the process that holds one is a real second process.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.processes import within
 from wheelkiln import cli, holds
 from wheelkiln.builder import env_store
 
@@ -336,26 +334,6 @@ def test_a_bad_age_is_refused_by_name(
     assert code == 2
     assert "--unused-for" in err and "write it as 30d, 12h, 90m, 45s or a number of days" in err
     assert (tmp_path / "home" / "envs" / ("a" * 16)).is_dir()
-
-
-class TookTooLong(BaseException):
-    """Not an OSError (TimeoutError is one), which the code under test may catch."""
-
-
-@contextlib.contextmanager
-def within(seconds: float) -> Iterator[None]:
-    """Fails the test, instead of hanging it, when the block runs longer than *seconds*."""
-
-    def late(_signal: int, _frame: object) -> None:
-        raise TookTooLong(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, late)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _swap(path: Path, kind: str) -> None:

@@ -3,19 +3,17 @@ entries dropped instead of served."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import sys
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.processes import within
 from wheelkiln import cli
 from wheelkiln.builder import wheel_cache
 from wheelkiln.builder.cmake_id import COMPILER_VARIABLES
@@ -313,27 +311,6 @@ def write_old_tree(path: Path) -> Path:
     for item in (path / "keep.txt", path):
         os.utime(item, (then, then))
     return path
-
-
-class TookTooLong(BaseException):
-    """Not an OSError (TimeoutError is one), which the code under test may catch."""
-
-
-@contextlib.contextmanager
-def within(seconds: float) -> Iterator[None]:
-    """Fails the test, instead of hanging it or filling the disk, when the block runs
-    longer than *seconds*."""
-
-    def late(_signal: int, _frame: Any) -> None:
-        raise TookTooLong(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, late)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _hostile_wheel(entry: Path, kind: str) -> Path:
