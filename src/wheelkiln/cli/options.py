@@ -37,7 +37,32 @@ Decorator = Callable[[F], F]
 
 
 def emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True))
+    """*data* as JSON on stdout. JSON has no NaN or Infinity (``json.dumps`` would write
+    them, and a strict reader refuses the whole document): a non-finite number, which
+    only a damaged input can put here, is written as null, with a warning naming where."""
+    try:
+        text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False)
+    except ValueError:
+        where: list[str] = []
+        text = json.dumps(_finite(data, "", where), indent=2, sort_keys=True, allow_nan=False)
+        ui.warn(
+            "JSON has no NaN or Infinity; written as null: " + ", ".join(where[:5])
+            + (f" and {len(where) - 5} more" if len(where) > 5 else "") + "."
+        )  # fmt: skip
+    click.echo(text)
+
+
+def _finite(data: Any, at: str, where: list[str]) -> Any:
+    """*data* with each non-finite number replaced by None, its place added to *where*."""
+    if isinstance(data, float) and not math.isfinite(data):
+        where.append(at or "the value")
+        return None
+    if isinstance(data, dict):
+        return {key: _finite(value, f"{at}.{key}" if at else str(key), where)
+                for key, value in data.items()}  # fmt: skip
+    if isinstance(data, list | tuple):
+        return [_finite(value, f"{at}[{number}]", where) for number, value in enumerate(data)]
+    return data
 
 
 def report_busy(
