@@ -263,7 +263,9 @@ def timeline_command(
     if html_path is not None:
         html_path.write_text(render_html(timeline), encoding="utf-8")
     if trace_out is not None:
-        trace_out.write_text(json.dumps(timeline.merged_trace()) + "\n", encoding="utf-8")
+        trace_out.write_text(
+            json.dumps(timeline.merged_trace(), allow_nan=False) + "\n", encoding="utf-8"
+        )
     data = timeline.as_dict()
     if as_json:
         _emit_json(data)

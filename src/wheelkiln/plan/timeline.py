@@ -75,11 +75,14 @@ class Tail:
 
 
 def compile_tail(trace: dict[str, Any]) -> Tail | None:
-    """The tail of one job's trace; None for a trace without TUs."""
+    """The tail of one job's trace; None for a trace without TUs that took time."""
+    # A TU of no width holds no slot: its end, counted before its start at one instant,
+    # would leave fewer than none running.
     spans = [
-        (event["ts"] / 1e6, (event["ts"] + event["dur"]) / 1e6, str(event["name"]))
+        (start, end, str(event["name"]))
         for event in trace["traceEvents"]
         if event["ph"] == "X"
+        and (start := event["ts"] / 1e6) < (end := (event["ts"] + event["dur"]) / 1e6)
     ]
     if not spans:
         return None
@@ -251,7 +254,7 @@ def make_timeline(paths: Sequence[Path], *, real_time: bool = False, slowest: in
     events = [
         {
             "tu": event["name"],
-            "action": event.get("cat"),
+            "action": event.get("cat", ""),
             "job": job.label,
             "seconds": round(event["dur"] / 1e6, 3),
         }

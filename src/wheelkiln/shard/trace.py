@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import stat
 import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +44,11 @@ TRACE_SCHEMA = 1
 TRACE_SUFFIX = ".trace.json"
 ACTIONS = ("compile", "stub", "probe", "hit", "miss")
 MAX_TRACE_BYTES = 256 * 1024**2
+MAX_SECONDS = 1e11
+"""Bound on a trace's times (epoch seconds; microseconds for ts and dur): the year 5138,
+and far enough from a float's limits that no sum of them overflows."""
+MAX_NESTING = 16
+"""Deepest nesting of a trace's JSON: kiln writes 4 (an event's args)."""
 
 
 def trace_path(record_path: Path) -> Path:
@@ -284,17 +291,80 @@ def _remember_compile_seconds(
     remember_seconds(cell, seconds)
 
 
-def read_trace(path: Path) -> dict[str, Any]:
-    """A trace written by :func:`build_trace`, checked for the fields the timeline reads."""
-    try:
-        if path.stat().st_size > MAX_TRACE_BYTES:
+def _real(value: Any, low: float, high: float) -> bool:
+    """*value* is a JSON number (not a boolean) from *low* to *high*."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and low <= value <= high
+    )
+
+
+def _nesting(value: Any) -> int:
+    """How deep *value* nests (a scalar is 0), walked without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if isinstance(item, dict):
+            stack.extend((child, depth + 1) for child in item.values())
+        elif isinstance(item, list):
+            stack.extend((child, depth + 1) for child in item)
+    return deepest
+
+
+def _event_problem(event: Any) -> str | None:
+    """What makes *event* no trace event kiln writes, or None."""
+    if not isinstance(event, dict) or event.get("ph") not in ("X", "M"):
+        return "is not a trace event kiln writes"
+    if "args" in event and not isinstance(event["args"], dict):
+        return "has args that are not an object"
+    if "tid" in event and (type(event["tid"]) is not int or event["tid"] < 0):
+        return "has a tid that is not a job slot (a whole number from 0)"
+    if event["ph"] == "M":
+        return None
+    if not isinstance(event.get("name"), str):
+        return "lacks ts, dur or name"
+    if not _real(event.get("ts"), 0, MAX_SECONDS * 1e6):
+        return "lacks ts, dur or name" if "ts" not in event else "has a ts out of range"
+    if not _real(event.get("dur"), 0, MAX_SECONDS * 1e6):
+        return "lacks ts, dur or name" if "dur" not in event else "has a dur out of range"
+    if "cat" in event and not isinstance(event["cat"], str):
+        return "has a cat that is not a string"
+    return None
+
+
+def _read_regular(path: Path) -> bytes:
+    """*path*'s bytes, where it is a regular file of at most MAX_TRACE_BYTES: a fifo is
+    not waited on, and a link to a device is not read without end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise UsageError(
-                f"{path}: larger than {MAX_TRACE_BYTES // 1024**2} MiB; not a kiln trace."
+                f"{path}: not a regular file; not a kiln trace.",
+                hint="Pass the .trace.json files kiln build, shard and link write beside "
+                "their records.",
             )
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        data = handle.read(MAX_TRACE_BYTES + 1)
+    if len(data) > MAX_TRACE_BYTES:
+        raise UsageError(f"{path}: larger than {MAX_TRACE_BYTES // 1024**2} MiB; not a kiln trace.")
+    return data
+
+
+def read_trace(path: Path) -> dict[str, Any]:
+    """A trace written by :func:`build_trace`, checked for the fields the timeline reads:
+    each event's types and ranges, finite numbers only (a timeline's JSON has no NaN)."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not a number JSON allows")
+
+    try:
+        data = json.loads(_read_regular(path).decode("utf-8"), parse_constant=refuse)
+    except (OSError, ValueError, RecursionError) as exc:
+        why = "nested too deep" if isinstance(exc, RecursionError) else exc
         raise UsageError(
-            f"{path}: not a readable trace ({exc}).",
+            f"{path}: not a readable trace ({why}).",
             hint="Pass the .trace.json files kiln build, shard and link write beside their records.",
         ) from None
     other = data.get("otherData") if isinstance(data, dict) else None
@@ -308,17 +378,21 @@ def read_trace(path: Path) -> dict[str, Any]:
             f"{path}: not a kiln trace (no otherData.schema {TRACE_SCHEMA} or traceEvents).",
             hint="Pass the .trace.json files kiln build, shard and link write beside their records.",
         )
+    if _nesting(data) > MAX_NESTING:
+        raise UsageError(f"{path}: nested deeper than {MAX_NESTING} levels; not a kiln trace.")
     for number, event in enumerate(events):
-        if not isinstance(event, dict) or event.get("ph") not in ("X", "M"):
-            raise UsageError(f"{path}: event {number} is not a trace event kiln writes.")
-        if event["ph"] == "X" and not (
-            isinstance(event.get("ts"), int | float)
-            and isinstance(event.get("dur"), int | float)
-            and isinstance(event.get("name"), str)
-        ):
-            raise UsageError(f"{path}: event {number} lacks ts, dur or name.")
+        problem = _event_problem(event)
+        if problem is not None:
+            raise UsageError(f"{path}: event {number} {problem}.")
     for key in ("start", "end", "wall_seconds"):
-        if not isinstance(other.get(key), int | float):
-            raise UsageError(f"{path}: otherData.{key} is not a number.")
+        if not _real(other.get(key), 0, MAX_SECONDS):
+            raise UsageError(f"{path}: otherData.{key} is not a number of seconds.")
+    if other["end"] < other["start"]:
+        raise UsageError(f"{path}: otherData.end is before otherData.start.")
+    for key in ("cell", "kind", "job"):
+        if not isinstance(other.get(key), str):
+            raise UsageError(f"{path}: otherData.{key} is not a string.")
+    if other.get("index") is not None and type(other["index"]) is not int:
+        raise UsageError(f"{path}: otherData.index is not a shard's index.")
     checked: dict[str, Any] = data
     return checked
