@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import fnmatch
 import functools
 import hashlib
+import io
 import json
+import lzma
 import os
 import re
 import shutil
@@ -14,12 +18,25 @@ import stat
 import tarfile
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any, Literal
 
 from wheelkiln import holds, run
+from wheelkiln.cache.archive import (
+    CHUNK,
+    MAX_MEMBERS_ENV,
+    MAX_UNPACKED_SIZE_ENV,
+    ArchiveLimits,
+    copy_capped,
+    format_size,
+    member_label,
+    name_refusal,
+)
 from wheelkiln.digest import sha256_file
-from wheelkiln.errors import RecipeError, SourceError
+from wheelkiln.errors import GateError, RecipeError, SourceError
 from wheelkiln.globs import glob_matches, glob_segments
 from wheelkiln.recipe.load import LoadedRecipe, path_kind, resolve_inside
 from wheelkiln.recipe.model import BUILD_OUTPUTS, PYPI_SPEC
@@ -49,27 +66,425 @@ def _segments(exclude: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     return tuple(glob_segments(pattern) for pattern in exclude)
 
 
-def _extract(archive: Path, into: Path) -> Path:
+SDIST_REFUSED_HINT = (
+    "kiln unpacks no sdist that could write or lead outside its own tree. Check that "
+    "source.pypi and source.sha256 pin the release you mean; to build it anyway, unpack and "
+    "check it yourself and point source.path at the tree."
+)
+SDIST_UNREADABLE_HINT = (
+    "The file has the pinned sha256, so the upload itself is damaged or is no sdist: check "
+    "source.pypi and source.sha256 against the package index."
+)
+SYMLINK_HOPS = 40
+"""Symbolic links followed while resolving one link's target: Linux's limit (ELOOP)."""
+NAME_MAX = 255
+"""The longest name of one directory entry, in bytes, on Linux's file systems."""
+LINK_TARGET_MAX = 4096
+"""The longest symbolic link target (PATH_MAX); a zip stores a link's target as its content."""
+
+MemberKind = Literal["file", "directory", "symlink", "hardlink"]
+
+
+@dataclass(frozen=True)
+class _Member:
+    """One member of an sdist, as its header gives it."""
+
+    name: str
+    """As the archive spells it."""
+    path: str
+    """Relative to the archive's root: *name* without a leading ``./`` or a trailing ``/``."""
+    kind: MemberKind
+    size: int
+    """Declared, of a regular file; 0 otherwise."""
+    target: str
+    """What a link names: a symbolic link's target, or a hard link's earlier member."""
+    executable: bool
+    mtime: float | None
+    entry: tarfile.TarInfo | zipfile.ZipInfo
+
+
+_READ_ERRORS = (
+    tarfile.TarError, zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, zlib.error,
+    lzma.LZMAError, OSError, RuntimeError, NotImplementedError, ValueError,
+)  # fmt: skip
+"""What the standard library raises on a damaged tar, zip or compressed stream (bz2 and
+gzip raise OSError, a zip's encrypted member RuntimeError, an unknown compression
+NotImplementedError)."""
+
+
+class _Unreadable(Exception):
+    """Reading the sdist failed midway: the archive's fault, not the disk's."""
+
+
+class _MemberStream(io.RawIOBase):
+    """A member's bytes, opened on the first read; any read error is :class:`_Unreadable`,
+    so the writer tells a damaged sdist from a full disk."""
+
+    def __init__(self, open_member: Callable[[], IO[bytes]]) -> None:
+        self.open_member = open_member
+        self.inner: IO[bytes] | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
+        super().close()
+
+    def readinto(self, buffer: Any) -> int:
+        try:
+            if self.inner is None:
+                self.inner = self.open_member()
+            block = self.inner.read(len(buffer))
+        except _READ_ERRORS as exc:
+            raise _Unreadable(_problem(exc)) from None
+        buffer[: len(block)] = block
+        return len(block)
+
+
+def _problem(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+@dataclass(frozen=True)
+class _Sdist:
+    """How errors about one sdist read: the recipe key it is fetched for, and the file."""
+
+    archive: Path
+    origin: str
+
+    def refused(self, member: str, problem: str) -> SourceError:
+        return SourceError(
+            f"{self.origin}: the sdist {self.archive} has a member {member!r}, {problem}; "
+            "nothing of it was extracted.",
+            hint=SDIST_REFUSED_HINT,
+        )
+
+    def unreadable(self, problem: str, member: str | None = None) -> SourceError:
+        kind = "zip" if self.archive.name.endswith(".zip") else "tar"
+        where = f" at its member {member!r}" if member is not None else ""
+        return SourceError(
+            f"{self.origin}: the sdist {self.archive} is not a readable {kind} archive{where} "
+            f"({problem}); nothing of it was extracted.",
+            hint=SDIST_UNREADABLE_HINT,
+        )
+
+    def too_large(self, what: str, variable: str, larger: str) -> SourceError:
+        return SourceError(
+            f"{self.origin}: the sdist {self.archive} {what}; nothing of it was extracted.",
+            hint=f"If the sdist is genuine, raise the limit: {variable}={larger}. Otherwise "
+            "check that source.pypi and source.sha256 pin the release you mean.",
+        )
+
+    def unwritable(self, where: Path, exc: OSError) -> SourceError:
+        return SourceError(
+            f"{self.origin}: could not extract the sdist {self.archive} under {where}: "
+            f"{exc.strerror or exc}.",
+            hint="Check the free space and the permissions there, then run kiln again.",
+        )
+
+
+def _extract(
+    archive: Path, into: Path, origin: str, limits: ArchiveLimits | None = None
+) -> Path:
+    """Unpack the sdist *archive* (a tar, compressed or not, or a zip) into *into*: the
+    contents of its only top-level directory where it has one, else all of it. *origin*
+    names the recipe key it is fetched for, in every error.
+
+    Neither format goes through the standard library's extraction: Python 3.11.7's tar
+    ``data`` filter lets a chain of directory links lead a member's write out of the
+    destination (CVE-2025-4517), and zipfile checks no member against the others. Every
+    member is checked from the headers before a byte is written, and refused
+    (:class:`SourceError`, nothing kept): a name that is absolute or has a ``..``, ``.``
+    or empty component; two members of one name; a member below a symbolic link or a
+    file; a device, fifo or other special member; a hard link to anything but an earlier
+    regular file; a symbolic link that is absolute or whose target, resolved over the
+    sdist's own links, leaves the tree kiln keeps; a lone top entry that is a link
+    (``pkg-1.0 -> .`` would make the whole store the tree); more members or more
+    declared bytes than *limits* allow (the shard archives' caps, 20 GiB by default).
+    Files are streamed under the same cap, links made last, so no write passes through
+    one, and every link of the result is resolved again on disk before the tree is moved
+    into place. The staging directory never outlives the call.
+    """
+    limits = limits or ArchiveLimits.resolve()
+    sdist = _Sdist(archive, origin)
     staging = into.with_name(into.name + ".staging")
-    shutil.rmtree(staging, ignore_errors=True)
+    _remove(os.fspath(staging))
     staging.mkdir(parents=True)
-    if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as zipped:
-            for member in zipped.namelist():
-                if member.startswith("/") or ".." in Path(member).parts:
-                    raise SourceError(
-                        f"{archive}: unsafe member {member!r}.", hint="Do not use it."
-                    )
-            zipped.extractall(staging)
-    else:
-        with tarfile.open(archive) as tar:
-            tar.extractall(staging, filter="data")
-    tops = list(staging.iterdir())
-    top = tops[0] if len(tops) == 1 and tops[0].is_dir() else staging
-    shutil.rmtree(into, ignore_errors=True)
-    top.rename(into)
-    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with contextlib.ExitStack() as stack:
+            packed: tarfile.TarFile | zipfile.ZipFile
+            try:
+                if archive.name.endswith(".zip"):
+                    packed = stack.enter_context(zipfile.ZipFile(archive))
+                    members = _zip_members(packed, limits, sdist)
+                else:
+                    packed = stack.enter_context(_open_tar(archive))
+                    members = _tar_members(packed, limits, sdist)
+            except FileNotFoundError:
+                raise  # a prune took it meanwhile: the caller downloads it again
+            except _READ_ERRORS as exc:
+                raise sdist.unreadable(_problem(exc)) from None
+            top = _checked_tree(members, limits, sdist)
+            _write(members, packed, staging, limits, sdist)
+        tree = staging / top if top else staging
+        _check_written(tree, sdist)
+        _remove(os.fspath(into))
+        tree.rename(into)
+    finally:
+        _remove(os.fspath(staging))
     return into
+
+
+def _open_tar(archive: Path) -> tarfile.TarFile:
+    try:
+        return tarfile.open(archive)
+    except tarfile.ReadError:  # its message lists every compression it tried, a line each
+        raise tarfile.ReadError(
+            "no tar archive, plain or compressed with gzip, bzip2 or xz"
+        ) from None
+
+
+def _member_path(name: str) -> str:
+    path = name
+    while path.startswith("./"):
+        path = path[2:]  # as `tar -C dir .` names members
+    return path.rstrip("/")
+
+
+def _counted(count: int, limits: ArchiveLimits, sdist: _Sdist) -> None:
+    if count > limits.max_members:
+        raise sdist.too_large(
+            f"has more than {limits.max_members:,} members, the limit on an sdist's members",
+            MAX_MEMBERS_ENV,
+            str(limits.max_members * 2),
+        )
+
+
+def _tar_members(tar: tarfile.TarFile, limits: ArchiveLimits, sdist: _Sdist) -> list[_Member]:
+    members = []
+    for count, info in enumerate(tar, 1):  # a header at a time: the count stops a bomb early
+        _counted(count, limits, sdist)
+        kind: MemberKind
+        if info.isreg():
+            kind = "file"
+        elif info.isdir():
+            kind = "directory"
+        elif info.issym():
+            kind = "symlink"
+        elif info.islnk():
+            kind = "hardlink"
+        elif info.ischr() or info.isblk():
+            raise sdist.refused(info.name, "a device")
+        elif info.isfifo():
+            raise sdist.refused(info.name, "a fifo")
+        else:
+            raise sdist.refused(info.name, f"a special file (tar type {info.type!r})")
+        members.append(_Member(
+            info.name, _member_path(info.name), kind, info.size if kind == "file" else 0,
+            info.linkname, bool(info.mode & 0o111), info.mtime, info,
+        ))  # fmt: skip
+    return members
+
+
+def _zip_members(zipped: zipfile.ZipFile, limits: ArchiveLimits, sdist: _Sdist) -> list[_Member]:
+    members = []
+    for count, info in enumerate(zipped.infolist(), 1):
+        _counted(count, limits, sdist)
+        # A zip made on Unix keeps the file's mode in the high bits of its attributes.
+        mode = info.external_attr >> 16 if info.create_system == 3 else 0
+        kind: MemberKind = "file"
+        target = ""
+        if info.is_dir() or stat.S_ISDIR(mode):
+            kind = "directory"
+        elif stat.S_ISLNK(mode):
+            kind = "symlink"
+            if info.file_size > LINK_TARGET_MAX:
+                raise sdist.refused(
+                    info.filename, f"a symbolic link with a {info.file_size:,}-byte target"
+                )
+            target = os.fsdecode(zipped.read(info))
+        elif stat.S_IFMT(mode) not in (0, stat.S_IFREG):  # zipfile's own writes give none
+            raise sdist.refused(info.filename, "a device, fifo or socket")
+        members.append(_Member(
+            info.filename, _member_path(info.filename), kind,
+            info.file_size if kind == "file" else 0, target, bool(mode & 0o111), None, info,
+        ))  # fmt: skip
+    return members
+
+
+def _checked_tree(members: Sequence[_Member], limits: ArchiveLimits, sdist: _Sdist) -> str:
+    """The top directory whose contents kiln keeps (empty: the whole archive), once every
+    member is checked against the rules and the others; raises the first refusal."""
+    by_path: dict[str, _Member] = {}
+    total = 0
+    for member in members:
+        if member.path == "" and member.kind == "directory":
+            continue  # the archive's root itself, named `./`
+        if (problem := name_refusal(member.path)) is not None:
+            raise sdist.refused(member.name, problem)
+        if any(len(os.fsencode(part)) > NAME_MAX for part in member.path.split("/")):
+            raise sdist.refused(member.name, f"a name with a part longer than {NAME_MAX} bytes")
+        earlier = by_path.get(member.path)
+        if earlier is not None and not earlier.kind == member.kind == "directory":
+            raise sdist.refused(member.name, "a second member of that name")
+        if member.kind == "hardlink":
+            linked = by_path.get(_member_path(member.target))
+            if linked is None or linked.kind != "file":
+                raise sdist.refused(
+                    member.name,
+                    f"a hard link to {member.target!r}, which is no regular file before it",
+                )
+        by_path[member.path] = member
+        total += member.size
+        if total > limits.max_unpacked_size:
+            raise sdist.too_large(
+                f"unpacks to more than {format_size(limits.max_unpacked_size)} by its "
+                "members' declared sizes, the limit on an unpacked sdist",
+                MAX_UNPACKED_SIZE_ENV,
+                format_size(2 * limits.max_unpacked_size).replace(" ", ""),
+            )
+    if not by_path:
+        raise sdist.unreadable("it holds no member")
+    for member in by_path.values():
+        parts = member.path.split("/")
+        for depth in range(1, len(parts)):
+            above = by_path.get("/".join(parts[:depth]))
+            if above is not None and above.kind != "directory":
+                kind = "a symbolic link" if above.kind == "symlink" else "a file"
+                raise sdist.refused(member.name, f"inside {above.name!r}, which is {kind}")
+    tops = {path.split("/")[0] for path in by_path}
+    top = tops.pop() if len(tops) == 1 else ""
+    lone = by_path.get(top)
+    if lone is not None and lone.kind == "symlink":
+        raise sdist.refused(
+            lone.name, f"a symbolic link (to {lone.target!r}) that is the sdist's only top entry"
+        )
+    if lone is not None and lone.kind != "directory":
+        top = ""  # a lone file: the tree is the archive's root, holding it
+    base = (top,) if top else ()
+    for member in by_path.values():
+        if member.kind == "symlink" and (problem := _link_problem(member, by_path, base)):
+            raise sdist.refused(member.name, problem)
+    return top
+
+
+def _link_problem(
+    link: _Member, by_path: dict[str, _Member], base: tuple[str, ...]
+) -> str | None:
+    """Why the symbolic link member *link* is refused: it is absolute, or its target,
+    resolved as the kernel resolves it over the sdist's own links (a ``..`` after a link
+    applies to where the link leads), leaves *base*, the tree kiln keeps. The spelling
+    alone does not tell: beside ``p/q/d -> ..``, the link ``e -> p/q/d/../..`` spells a
+    path inside and leads above the root."""
+    hops = 0
+
+    def stays(stack: list[str], target: str) -> bool:
+        nonlocal hops
+        if target.startswith("/"):
+            return False
+        for component in target.split("/"):
+            if component in ("", "."):
+                continue
+            if component == "..":
+                if len(stack) <= len(base):
+                    return False
+                stack.pop()
+                continue
+            stack.append(component)
+            member = by_path.get("/".join(stack))
+            if member is not None and member.kind == "symlink":
+                hops += 1
+                stack.pop()
+                if hops > SYMLINK_HOPS or not stays(stack, member.target):
+                    return False
+        return True
+
+    if not link.target:
+        return "a symbolic link to nothing"
+    if link.target.startswith("/"):
+        return f"a symbolic link to the absolute path {link.target!r}"
+    if not stays(link.path.split("/")[:-1], link.target):
+        return f"a symbolic link to {link.target!r}, which leads out of the sdist's tree"
+    return None
+
+
+def _write(
+    members: Sequence[_Member],
+    packed: tarfile.TarFile | zipfile.ZipFile,
+    staging: Path,
+    limits: ArchiveLimits,
+    sdist: _Sdist,
+) -> None:
+    """Write the checked *members* under *staging*: directories and files in the
+    archive's order, each file streamed under what is left of the size cap; then hard
+    links, then symbolic links, so no write passes through a link."""
+    total = 0
+    last = members[0]
+    try:
+        for last in members:
+            target = staging / last.path
+            if last.kind == "directory":
+                target.mkdir(parents=True, exist_ok=True)
+            elif last.kind == "file":
+                target.parent.mkdir(parents=True, exist_ok=True)
+                opened = functools.partial(_open_member, packed, last)
+                with io.BufferedReader(_MemberStream(opened), CHUNK) as stream:
+                    total += copy_capped(
+                        stream, target, last.size, limits.max_unpacked_size - total,
+                        member_label(sdist.archive, last.name),
+                    )  # fmt: skip
+                target.chmod(0o755 if last.executable else 0o644)
+                if last.mtime is not None and 0 <= last.mtime < 2**33:
+                    os.utime(target, (last.mtime, last.mtime))
+        for last in members:
+            target = staging / last.path
+            if last.kind == "hardlink":
+                target.parent.mkdir(parents=True, exist_ok=True)
+                os.link(staging / _member_path(last.target), target, follow_symlinks=False)
+        for last in members:
+            target = staging / last.path
+            if last.kind == "symlink":
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(last.target)
+    except _Unreadable as exc:
+        raise sdist.unreadable(str(exc), last.name) from None
+    except GateError as exc:  # a member yielded more bytes than its header declared
+        raise SourceError(f"{sdist.origin}: {exc.message}", hint=SDIST_UNREADABLE_HINT) from None
+    except OSError as exc:
+        if exc.errno == errno.ENAMETOOLONG:
+            raise sdist.refused(last.name, f"a name too long to write under {staging}") from None
+        raise sdist.unwritable(staging.parent, exc) from None
+
+
+def _open_member(packed: tarfile.TarFile | zipfile.ZipFile, member: _Member) -> IO[bytes]:
+    if isinstance(packed, zipfile.ZipFile):
+        assert isinstance(member.entry, zipfile.ZipInfo)
+        return packed.open(member.entry)
+    assert isinstance(member.entry, tarfile.TarInfo)
+    handle = packed.extractfile(member.entry)
+    assert handle is not None  # a regular file's
+    return handle
+
+
+def _check_written(tree: Path, sdist: _Sdist) -> None:
+    """The result checked on disk, as the build will see it: only directories, regular
+    files and links that resolve inside *tree*."""
+    root = os.path.realpath(tree)
+    for directory, subdirectories, files in os.walk(tree):  # no link is entered
+        for name in (*subdirectories, *files):
+            path = os.path.join(directory, name)  # noqa: PTH118
+            relative = os.path.relpath(path, tree)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode) and not _inside(os.path.realpath(path), root):
+                raise sdist.refused(relative, "a symbolic link that leads out of its tree")
+            if not (stat.S_ISLNK(mode) or stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                raise sdist.refused(relative, "no directory, regular file or link once written")
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -146,8 +561,9 @@ def _download_sdist(spec: str, sha256: str, downloads: Path) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _fetch_pypi(spec: str, sha256: str, store: Path) -> Path:
+def _fetch_pypi(spec: str, sha256: str, store: Path, origin: str | None = None) -> Path:
     """The extracted sdist of *spec*, downloaded once and verified against *sha256*.
+    *origin* names the recipe key in errors (by default ``source.pypi 'SPEC'``).
 
     Parallel shard jobs all fetch the source on their first build, so the download and
     the extraction are locked per sdist; a tree counts as fetched only once its
@@ -167,16 +583,18 @@ def _fetch_pypi(spec: str, sha256: str, store: Path) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if (tree / MARKER).exists():
             return tree  # another job fetched it while this one waited
-        existing = [p for p in downloads.iterdir() if p.is_file() and sha256_file(p) == sha256]
+        origin = origin or f"source.pypi {spec!r}"
+        # Regular files only: a link there could lead to a file that never ends.
+        existing = [p for p in downloads.iterdir() if _is_file(p) and sha256_file(p) == sha256]
         sdist = existing[0] if existing else None
         try:
             if sdist is not None:
-                _extract(sdist, tree)
+                _extract(sdist, tree, origin)
                 os.utime(sdist)  # its last use, for `kiln sources prune`
         except FileNotFoundError:
             sdist = None  # a prune took it meanwhile
         if sdist is None:
-            _extract(_download_sdist(spec, sha256, downloads), tree)
+            _extract(_download_sdist(spec, sha256, downloads), tree, origin)
         (tree / MARKER).write_text(spec + "\n")
     return tree
 
@@ -212,7 +630,8 @@ def fetch_source(loaded: LoadedRecipe, store: Path) -> Path:
             )
     elif source.pypi is not None:
         assert source.sha256 is not None
-        tree = _fetch_pypi(source.pypi, source.sha256, store)
+        origin = f"{loaded.path}: key 'source.pypi' ({source.pypi!r})"
+        tree = _fetch_pypi(source.pypi, source.sha256, store, origin)
     else:
         assert source.git is not None and source.rev is not None
         tree = _fetch_git(source.git, source.rev, store)
@@ -227,6 +646,14 @@ def fetch_source(loaded: LoadedRecipe, store: Path) -> Path:
             )
         tree = tree / source.subdir
     return tree
+
+
+def _is_file(path: Path) -> bool:
+    """A regular file itself, not a link to one."""
+    try:
+        return stat.S_ISREG(path.lstat().st_mode)
+    except OSError:
+        return False
 
 
 def _is_special(path: Path) -> bool:

@@ -234,9 +234,9 @@ def pack(
 # --------------------------------------------------------------------------- checks
 
 
-def _refusal(member: tarfile.TarInfo, root: str, layout: Layout) -> str | None:
-    """Why ``member`` may not be extracted under ``root``, or None."""
-    name = member.name
+def name_refusal(name: str) -> str | None:
+    """Why a member's *name* is no plain relative path inside the archive's tree, or None.
+    Shard archives and sdists (:mod:`wheelkiln.builder.source`) are held to it alike."""
     parts = name.split("/")
     if name.startswith("/") or re.match(r"^[A-Za-z]:", name):
         return "an absolute path"
@@ -246,6 +246,13 @@ def _refusal(member: tarfile.TarInfo, root: str, layout: Layout) -> str | None:
         return "a path with a '..' component"
     if "." in parts:
         return "a path with a '.' component"
+    return None
+
+
+def _refusal(member: tarfile.TarInfo, root: str, layout: Layout) -> str | None:
+    """Why ``member`` may not be extracted under ``root``, or None."""
+    if (problem := name_refusal(member.name)) is not None:
+        return problem
     if member.issym():
         return f"a symbolic link (to {member.linkname!r})"
     if member.islnk():
