@@ -599,9 +599,10 @@ def _fetch_pypi(spec: str, sha256: str, store: Path, origin: str | None = None) 
     return tree
 
 
-def _fetch_git(url: str, rev: str, store: Path) -> Path:
-    """The checkout of *url* at *rev*, cloned once; locked like ``_fetch_pypi``, since the
-    parallel shard jobs of one build would otherwise clone into (and delete) one tree."""
+def _fetch_git(url: str, rev: str, store: Path, origin: str | None = None) -> Path:
+    """The checkout of *url* at the commit *rev* names, cloned once; locked like
+    ``_fetch_pypi``, since the parallel shard jobs of one build would otherwise clone into
+    (and delete) one tree. *origin* names the recipe key in errors."""
     tree = store / f"git-{hashlib.sha256(f'{url}@{rev}'.encode()).hexdigest()[:16]}"
     holds.hold(store, tree.name)
     if (tree / MARKER).exists():
@@ -612,8 +613,25 @@ def _fetch_git(url: str, rev: str, store: Path) -> Path:
         if (tree / MARKER).exists():
             return tree  # another job cloned it while this one waited
         shutil.rmtree(tree, ignore_errors=True)
-        run.run(["git", "clone", "--quiet", url, str(tree)], what=f"Cloning {url}")
-        run.run(["git", "-C", str(tree), "checkout", "--quiet", rev], what=f"Checking out {rev}")
+        run.run(["git", "clone", "--quiet", "--", url, str(tree)], what=f"Cloning {url}")
+        # Checked out as a commit, detached: `git checkout REV` takes a REV that names no
+        # commit (a file, `pyproject.toml`) as a pathspec and leaves HEAD where it was.
+        resolved = run.run(
+            ["git", "-C", str(tree), "rev-parse", "--verify", "--quiet", "--end-of-options",
+             f"{rev}^{{commit}}"],
+            check=False,
+        )  # fmt: skip
+        commit = resolved.output.strip()
+        if resolved.returncode != 0 or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit):
+            shutil.rmtree(tree, ignore_errors=True)
+            raise SourceError(
+                f"{origin or 'source.rev'}: {rev!r} names no commit of {url}.",
+                hint="Set source.rev to a commit hash or a tag of that repository.",
+            )
+        run.run(
+            ["git", "-C", str(tree), "checkout", "--quiet", "--detach", commit],
+            what=f"Checking out {rev}",
+        )
         (tree / MARKER).write_text(f"{url}@{rev}\n")
     return tree
 
@@ -634,7 +652,7 @@ def fetch_source(loaded: LoadedRecipe, store: Path) -> Path:
         tree = _fetch_pypi(source.pypi, source.sha256, store, origin)
     else:
         assert source.git is not None and source.rev is not None
-        tree = _fetch_git(source.git, source.rev, store)
+        tree = _fetch_git(source.git, source.rev, store, f"{loaded.path}: key 'source.rev'")
     if source.subdir:
         package = resolve_inside(tree, source.subdir, tree)
         if package is None or path_kind(package) != "directory":
