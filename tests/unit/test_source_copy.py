@@ -307,3 +307,21 @@ def test_a_read_only_source_gives_a_copy_its_build_can_write_and_remove() -> Non
         for directory in (source, source / "pkg"):
             directory.chmod(0o755)
         shutil.rmtree(shared)
+
+
+def test_links_to_endless_files_are_digested_by_their_names(tmp_path: Path) -> None:
+    """/proc/self/pagemap says it is a regular file of 0 bytes and reads on for the
+    whole address space; /dev/zero never ends. The copy keeps both as links, and the
+    digest reads neither past the size they give (a hang here is the regression)."""
+    pristine = write(tmp_path / "pristine", SOURCE)
+    (pristine / "pagemap.bin").symlink_to("/proc/self/pagemap")
+    (pristine / "zero.bin").symlink_to("/dev/zero")
+    (pristine / "inside.py").symlink_to("src/pkg/__init__.py")
+    first = source_digest(pristine)
+    copy = tmp_path / "copy"
+    assert copy_tree(pristine, copy) == first == source_digest(copy)
+    assert (copy / "pagemap.bin").readlink() == Path("/proc/self/pagemap")
+    assert (copy / "zero.bin").readlink() == Path("/dev/zero")
+    (pristine / "zero.bin").unlink()
+    (pristine / "zero.bin").symlink_to("/dev/null")
+    assert source_digest(pristine) != first  # where a link leads counts

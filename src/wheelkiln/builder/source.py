@@ -777,8 +777,11 @@ def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_
     entries = [(path, contents.get(path)) for path in (*contents, *links)]
     tree = target + os.sep
     return _digest(
-        (path[len(tree) :].replace(os.sep, "/"), Path(path), content)
-        for path, content in entries
+        destination,
+        (
+            (path[len(tree) :].replace(os.sep, "/"), Path(path), content)
+            for path, content in entries
+        ),
     )
 
 
@@ -877,8 +880,8 @@ def source_digest(tree: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> str:
     :func:`copy_tree` excludes them, so a tree and its copy digest the same.
 
     The walk follows no symlink to a directory (the copy keeps those as links); a
-    symlink is digested as its target's name, plus the content when it leads to a
-    regular file. Special files are left out, as the copy leaves them out.
+    symlink is digested as the copy keeps it, by its target's name (:func:`_digest`).
+    Special files are left out, as the copy leaves them out.
     """
     entries: list[tuple[str, Path]] = []
     for directory, subdirectories, files in os.walk(tree, followlinks=False):
@@ -889,13 +892,22 @@ def source_digest(tree: Path, exclude: Sequence[str] = BUILD_OUTPUTS) -> str:
                 Path(directory, name)
             ):
                 entries.append(("/".join((*relative, name)), Path(directory, name)))
-    return _digest((key, path, None) for key, path in entries)
+    return _digest(tree, ((key, path, None) for key, path in entries))
 
 
-def _digest(entries: Iterable[tuple[str, Path, str | None]]) -> str:
-    """The digest of a tree's *entries*: (relative POSIX path, path, the content's sha256
-    where the caller read it already, else None)."""
+def _digest(tree: Path, entries: Iterable[tuple[str, Path, str | None]]) -> str:
+    """The digest of *tree*'s *entries*: (relative POSIX path, path, the content's sha256
+    where the caller read it already, else None).
+
+    A symbolic link is digested as the copy keeps it, by its target's name. Where it
+    leads to a regular file outside *tree*, that file's content counts too, as the
+    build reads it through the link; inside, the file is an entry of its own. No read
+    follows a link to a device or a fifo, and none goes past the size a file's status
+    gives: a link to /dev/zero or /proc/self/pagemap (a "regular" file of size 0 that
+    never ends) is its name, and at most those 0 bytes.
+    """
     digest = hashlib.sha256()
+    root = os.path.realpath(tree)
     for key, path, content in sorted(entries, key=lambda entry: entry[0]):
         digest.update(key.encode("utf-8", "surrogateescape") + b"\0")
         if content is not None:  # a regular file
@@ -903,6 +915,32 @@ def _digest(entries: Iterable[tuple[str, Path, str | None]]) -> str:
             continue
         if path.is_symlink():
             digest.update(b"symlink:" + os.fsencode(path.readlink()) + b"\0")
-        if path.is_file():  # a regular file, or a symlink to one
-            digest.update(sha256_file(path).encode())
+            resolved = os.path.realpath(path)
+            if _inside(resolved, root) or (content := _regular_sha256(resolved)) is None:
+                continue
+        elif (content := _regular_sha256(os.fspath(path))) is None:
+            continue  # became something else meanwhile
+        digest.update(content.encode())
     return digest.hexdigest()
+
+
+def _regular_sha256(path: str) -> str | None:
+    """The sha256 of *path*'s first st_size bytes where it is a regular file, else None.
+    Opened without blocking (a fifo put in its place opens at once) and checked on the
+    open descriptor, so what is read is what was checked."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            return None
+        digest = hashlib.sha256()
+        left = status.st_size
+        while left > 0 and (block := os.read(descriptor, min(left, 1 << 20))):
+            digest.update(block)
+            left -= len(block)
+        return digest.hexdigest()
+    finally:
+        os.close(descriptor)
