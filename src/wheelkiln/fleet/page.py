@@ -9,6 +9,7 @@ plots inline as SVG (see :mod:`wheelkiln.plots`).
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,8 +39,16 @@ CACHE_SERIES = ("hits", "misses", "stores", "remote_reads", "remote_writes")
 WIDTH = 860
 
 
+def _figure(value: Any) -> float | None:
+    """A finite number from the run folder, else None (shown as "–")."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    return None
+
+
 def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    return _figure(value) or 0.0
 
 
 def _long_rows(samples: Sequence[Mapping[str, Any]], origin: float) -> list[dict[str, Any]]:
@@ -47,7 +56,8 @@ def _long_rows(samples: Sequence[Mapping[str, Any]], origin: float) -> list[dict
     for sample in samples:
         elapsed = round(_number(sample.get("t")) - origin, 3)
         for section, title, _, series in SERIES:
-            values = sample.get(section) or {}
+            values = sample.get(section)
+            values = values if isinstance(values, dict) else {}
             for key, name, scale in series:
                 rows.append({"elapsed": elapsed, "metric": title, "series": name,
                              "value": round(_number(values.get(key)) / scale, 3)})
@@ -114,13 +124,20 @@ def gantt_chart(builds: Sequence[Mapping[str, Any]], origin: float) -> Any:
 
 
 def _seconds(value: Any) -> str:
-    return f"{_number(value):.1f} s" if isinstance(value, int | float) else "–"
+    seconds = _figure(value)
+    return "–" if seconds is None else f"{seconds:.1f} s"
 
 
-def _bytes(value: float | None) -> str:
+def _bytes(value: Any) -> str:
+    value = _figure(value)
     if value is None:
         return "–"
     return f"{value / 2**30:.2f} GiB" if value >= 2**30 else f"{value / MIB:.1f} MiB"
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    """The objects of a list in run.json (nothing where it is not a list)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
 def _cold_sentence(cold: Any) -> str:
@@ -151,8 +168,8 @@ def render_run_page(
     for build in builds:
         outcomes[str(build.get("outcome"))] = outcomes.get(str(build.get("outcome")), 0) + 1
     builders = ", ".join(
-        f"{b.get('name')} ({b.get('cpus')} CPUs, {_bytes(_number(b.get('memory_bytes')))})"
-        for b in run.get("builders", []))
+        f"{b.get('name')} ({b.get('cpus')} CPUs, {_bytes(b.get('memory_bytes'))})"
+        for b in _objects(run.get("builders")))
     parts.append(
         f"<p>{len(builds)} build(s) at once: "
         + ", ".join(f"{count} {html.escape(name)}" for name, count in sorted(outcomes.items()))
@@ -162,7 +179,7 @@ def render_run_page(
     )
     parts.append("<h2>Every build</h2>")
     if builds:
-        rows = [*builds, *(j for j in run.get("jobs_of_builds", []) if isinstance(j, dict))]
+        rows = [*builds, *_objects(run.get("jobs_of_builds"))]
         parts.append(plot_block(gantt_chart(rows, origin), "Gantt of every build"))
     else:
         parts.append("<p>No build finished in this run.</p>")
@@ -171,7 +188,7 @@ def render_run_page(
         ["cell", "builder", "outcome", "seconds", "CPU", "peak memory", "hits/misses"],
         [[str(b.get("cell")), str(b.get("builder")), str(b.get("outcome")),
           _seconds(b.get("seconds")), _seconds(b.get("cpu_seconds")),
-          _bytes(b.get("peak_rss_bytes")) if b.get("peak_rss_bytes") else "–",
+          _bytes(b.get("peak_rss_bytes") or None),
           f"{b.get('hits', '–')}/{b.get('misses', '–')}"] for b in slowest(builds)],
         numeric={"seconds", "CPU", "peak memory", "hits/misses"},
     ))
@@ -188,8 +205,8 @@ def render_run_page(
             f"{_bytes(figures.net_rx_bytes)}, sent {_bytes(figures.net_tx_bytes)}.</p>")
         parts.append(plot_block(builder_chart(mine, origin, end),
                                 f"time series of builder {figures.builder}"))
-    versions = run.get("tool_versions") or {}
-    if versions:
+    versions = run.get("tool_versions")
+    if isinstance(versions, dict) and versions:
         parts.append("<h2>Tools</h2>")
         parts.append(html_table(["tool", "version"],
                                 [[str(k), str(v)] for k, v in sorted(versions.items())]))

@@ -4,6 +4,7 @@ summary, its ``--json`` and the run's page."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -29,7 +30,16 @@ class BuilderFigures:
 
 
 def _number(value: Any) -> float:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+    """A figure from a run folder, which may come from anywhere: 0 unless a finite number."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+        return number if math.isfinite(number) else 0.0
+    return 0.0
+
+
+def _section(sample: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    section = sample.get(name)
+    return section if isinstance(section, dict) else {}
 
 
 def builder_figures(
@@ -44,13 +54,13 @@ def builder_figures(
         windows = [(_number(b.get("start")), _number(b.get("end"))) for b in builds
                    if str(b.get("builder")) == builder]
         busy = [
-            _number(s.get("cpu", {}).get("busy")) for s in mine
+            _number(_section(s, "cpu").get("busy")) for s in mine
             if any(start <= _number(s.get("t")) <= end for start, end in windows)
         ]
-        memory = [int(_number(s.get("memory", {}).get("used_bytes"))) for s in mine]
+        memory = [int(_number(_section(s, "memory").get("used_bytes"))) for s in mine]
 
         def total(section: str, key: str, samples: list[Mapping[str, Any]] = mine) -> float:
-            return sum(_number((s.get(section) or {}).get(key)) * _number(s.get("interval"))
+            return sum(_number(_section(s, section).get(key)) * _number(s.get("interval"))
                        for s in samples)
 
         caches = [s["cache"] for s in mine if isinstance(s.get("cache"), dict)]
