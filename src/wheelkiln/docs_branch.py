@@ -9,17 +9,25 @@ one that exists only on the remote is started from it. The docs branch being the
 checked out is refused: publishing would then write into your work tree.
 
 A publish that changes nothing (the same run again) commits nothing. Without ``push``
-the commit stays local.
+the commit stays local, and with it the remote is checked before anything is done.
+
+The branch's content is checked out as it is, symbolic links included: every path kiln
+writes or reads there goes through :meth:`DocsWorktree.inside`, which refuses a path
+with a link (or a file where a directory belongs) in it, since ``data/bench`` linked to
+``/tmp/x`` would otherwise take the writes out of the worktree.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 import shutil
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
 
 from wheelkiln import run
 from wheelkiln.errors import UsageError
@@ -27,6 +35,7 @@ from wheelkiln.paths import kiln_home
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 FALLBACK_IDENTITY = ("-c", "user.name=kiln", "-c", "user.email=kiln@localhost")
+MAX_READ_BYTES = 64 * 2**20
 
 
 def git(repo: Path, *args: str, check: bool = True) -> str:
@@ -76,10 +85,69 @@ class DocsWorktree:
         return git(self.path, "rev-parse", "HEAD")
 
     def push(self, remote: str = "origin") -> None:
-        if not git(self.repo, "remote", check=False).split().count(remote):
-            raise UsageError(f"--push: the repository {self.repo} has no remote {remote!r}.",
-                             hint="Add the remote, or publish without --push (a local commit).")
+        require_remote(self.repo, remote)
         git(self.path, "push", remote, f"{self.branch}:{self.branch}")
+
+    def _refuse(self, shown: str, problem: str, hint: str) -> UsageError:
+        return UsageError(f"{self.branch}:{shown} {problem}.", hint=hint)
+
+    def inside(self, relative: str) -> Path:
+        """``relative`` (``/``-separated) in the worktree, once no part of it that exists on
+        the branch is a symbolic link and every part but the last is a directory."""
+        path = self.path
+        parts = PurePosixPath(relative).parts
+        for index, part in enumerate(parts):
+            path = path / part
+            shown = "/".join(parts[: index + 1])
+            try:
+                mode = path.lstat().st_mode
+            except FileNotFoundError:
+                break  # made by the publish, a directory at a time
+            if stat.S_ISLNK(mode):
+                raise self._refuse(
+                    shown, f"is a symbolic link (to {path.readlink()}); kiln writes and "
+                    "reads only inside the docs branch, never through a link",
+                    f"Remove the link from {self.branch} (git rm {shown} in a checkout of "
+                    "it), then publish again.")
+            if index < len(parts) - 1 and not stat.S_ISDIR(mode):
+                raise self._refuse(shown, "is a file where kiln needs a directory",
+                                   f"Remove or rename it on {self.branch}, then publish again.")
+        return self.path / relative
+
+    def write_text(self, relative: str, text: str) -> None:
+        """Write a file of the branch (its directories are made), never through a link."""
+        path = self.inside(relative)
+        if path.is_dir():
+            raise self._refuse(relative, "is a directory where kiln writes a file",
+                               f"Remove or rename it on {self.branch}, then publish again.")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+
+    def read_text(self, relative: str) -> str:
+        """A regular file of the branch, never read through a link nor from a fifo."""
+        path = self.inside(relative)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise self._refuse(relative, "does not exist",
+                               "Publish that run again, or remove its folder from the "
+                               "branch.") from None
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise self._refuse(relative, "is not a regular file",
+                                   f"Remove it from {self.branch}, then publish again.")
+            data = handle.read(MAX_READ_BYTES + 1)
+        if len(data) > MAX_READ_BYTES:
+            raise self._refuse(relative, f"is larger than {MAX_READ_BYTES // 2**20} MiB",
+                               f"Remove it from {self.branch}, then publish again.")
+        return data.decode("utf-8", errors="replace")
+
+
+def require_remote(repo: Path, remote: str = "origin") -> None:
+    """Refuse ``--push`` before any work when there is nowhere to push to."""
+    if remote not in git(repo, "remote", check=False).split():
+        raise UsageError(f"--push: the repository {repo} has no remote {remote!r}.",
+                         hint="Add the remote, or publish without --push (a local commit).")
 
 
 def _current_branch(repo: Path) -> str:
@@ -146,7 +214,7 @@ def site_url(repo: Path, given: str | None) -> str:
     would be a broken internal link to a strict docs build (``mkdocs --strict``).
     """
     if given is not None:
-        return given.rstrip("/")
+        return check_base_url(given).rstrip("/")
     url = git(repo, "remote", "get-url", "origin", check=False)
     for prefix in ("git@github.com:", "https://github.com/", "ssh://git@github.com/"):
         if url.startswith(prefix):
@@ -156,3 +224,22 @@ def site_url(repo: Path, given: str | None) -> str:
                     return f"https://{name}"
                 return f"https://{owner}.github.io/{name}"
     return ""
+
+
+def check_base_url(given: str) -> str:
+    """``--base-url`` goes into every link between published pages: only an http(s)
+    address or a path from the site root (``/proj``) is a link a reader can follow
+    safely (``javascript:`` would run, ``//host`` would leave the site)."""
+    try:
+        parts = urlsplit(given)
+    except ValueError:  # an unclosed [ in the host
+        parts = urlsplit("invalid:")
+    web = parts.scheme in ("http", "https") and bool(parts.netloc)
+    path = not parts.scheme and not parts.netloc and (given == "" or (
+        given.startswith("/") and not given.startswith("//")))
+    if not (web or path) or any(ch.isspace() or not ch.isprintable() for ch in given):
+        raise UsageError(
+            f"--base-url {given!r} is not an http(s) address or a path from the site root.",
+            hint="Give where the docs branch is served, e.g. https://OWNER.github.io/REPO "
+            "or /REPO.")
+    return given

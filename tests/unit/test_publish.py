@@ -155,3 +155,189 @@ def test_publishing_onto_the_checked_out_branch_is_refused(repo: Path, tmp_path:
     assert result.exit_code != 0
     assert "main is the branch checked out" in str(result.exception)
     assert git(repo, "log", "--oneline", "main").count("\n") == 0
+
+
+def kiln(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+         *argv: str | Path) -> tuple[int, str, str]:
+    """``kiln ARGV`` in this process, as the script runs it: (exit code, stdout, stderr
+    with its line breaks undone)."""
+    import sys
+
+    from wheelkiln import cli
+
+    monkeypatch.setattr(sys, "argv", ["kiln", *map(str, argv)])
+    code: object = 0
+    try:
+        cli.main()
+    except SystemExit as exited:
+        code = exited.code
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "internal error" not in captured.err, captured.err
+    return code if isinstance(code, int) else 1, captured.out, " ".join(captured.err.split())
+
+
+def bench_store(tmp_path: Path) -> Path:
+    results = tmp_path / "results.jsonl"
+    for wall in (100.0, 110.0):
+        store.append({"target": "pkg", "scenario": "cold", "status": "ok",
+                      "step_wall_seconds": wall}, results)
+    return results
+
+
+def pages_branch(repo: Path, tmp_path: Path, links: dict[str, str],
+                 files: dict[str, str] | None = None) -> str:
+    """A gh-pages branch in ``repo`` holding these symbolic links (and files), as anyone
+    with push access could commit them; its commit."""
+    other = tmp_path / "pages"
+    subprocess.run(["git", "init", "-q", "-b", "gh-pages", str(other)], check=True)
+    for name, text in (files or {}).items():
+        (other / name).parent.mkdir(parents=True, exist_ok=True)
+        (other / name).write_text(text)
+    for name, target in links.items():
+        (other / name).parent.mkdir(parents=True, exist_ok=True)
+        (other / name).symlink_to(target)
+    git(other, "add", "-A")
+    git(other, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "x")
+    git(repo, "fetch", "-q", str(other), "gh-pages:gh-pages")
+    return git(repo, "rev-parse", "gh-pages")
+
+
+@pytest.mark.parametrize("link", ["data", "data/bench", "data/bench/index.html",
+                                  "data/bench/bench.json"])
+def test_bench_publish_never_writes_through_a_link_on_the_branch(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], link: str,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "x.html" if link.endswith((".html", ".json")) else outside
+    before = pages_branch(repo, tmp_path, {link: str(target)})
+    code, _, err = kiln(monkeypatch, capsys, "bench", "publish", "--store",
+                        bench_store(tmp_path), "--repo", repo)
+    assert code == 2, err
+    assert f"gh-pages:{link} is a symbolic link (to {target})" in err
+    assert f"Remove the link from gh-pages (git rm {link}" in err
+    assert list(outside.iterdir()) == []
+    assert git(repo, "rev-parse", "gh-pages") == before
+
+
+@pytest.mark.parametrize("link", ["data/perf", f"data/perf/{STAMPS[0]}",
+                                  f"data/perf/{STAMPS[0]}/run.json", "data/perf/runs.json"])
+def test_fleet_publish_never_writes_through_a_link_on_the_branch(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], link: str,
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = outside / "x.json" if link.endswith(".json") else outside
+    before = pages_branch(repo, tmp_path, {link: str(target)})
+    write_run(tmp_path / "runs", STAMPS[0], ("pkg-a",))
+    code, _, err = kiln(monkeypatch, capsys, "fleet", "publish", "--runs-dir",
+                        tmp_path / "runs", "--repo", repo, "--base-url", BASE)
+    assert code == 2, err
+    assert f"gh-pages:{link} is a symbolic link (to {target})" in err
+    assert list(outside.iterdir()) == []
+    assert git(repo, "rev-parse", "gh-pages") == before
+
+
+def test_fleet_publish_reads_no_published_page_through_a_link(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    newest = f"data/perf/{STAMPS[1]}"
+    before = pages_branch(repo, tmp_path, {f"{newest}/index.html": str(secret)},
+                          {f"{newest}/run.json": "{}"})
+    write_run(tmp_path / "runs", STAMPS[0], ("pkg-a",))
+    code, _, err = kiln(monkeypatch, capsys, "fleet", "publish", "--runs-dir",
+                        tmp_path / "runs", "--repo", repo, "--base-url", BASE)
+    assert code == 2, err
+    assert f"gh-pages:{newest}/index.html is a symbolic link (to {secret})" in err
+    assert git(repo, "rev-parse", "gh-pages") == before
+
+
+def test_a_run_folders_links_and_page_never_reach_the_branch(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text('{"t": 1, "token": "hunter2"}\n')
+    runs = tmp_path / "runs"
+    write_run(runs, STAMPS[0], ("pkg-a", "pkg-b"))
+    folder = runs / STAMPS[0]
+    (folder / "samples.jsonl").unlink()
+    (folder / "samples.jsonl").symlink_to(secret)
+    (folder / "records" / "pkg-b.json").unlink()
+    (folder / "records" / "pkg-b.json").symlink_to(secret)
+    (folder / "index.html").write_text("<html><body><script>alert(1)</script></body></html>")
+    code, _, err = kiln(monkeypatch, capsys, "fleet", "publish", "--runs-dir", runs,
+                        "--repo", repo, "--base-url", BASE)
+    assert code == 0, err
+    assert f"warning: {folder / 'samples.jsonl'}: a symbolic link, not followed" in err
+    assert f"warning: {folder / 'records' / 'pkg-b.json'}: a symbolic link" in err
+    files = git(repo, "ls-tree", "-r", "--name-only", "gh-pages").splitlines()
+    assert f"data/perf/{STAMPS[0]}/records/pkg-a.json" in files
+    assert f"data/perf/{STAMPS[0]}/records/pkg-b.json" not in files
+    for name in files:
+        text = git(repo, "show", f"gh-pages:{name}")
+        assert "hunter2" not in text and "<script" not in text and "alert(" not in text, name
+    assert f"kiln fleet run {STAMPS[0]}" in git(repo, "show", "gh-pages:data/perf/index.html")
+
+
+@pytest.mark.parametrize("base", ["javascript:alert(1)//", "//evil.example/x", "ftp://x/y",
+                                  "https://", "proj", "https://x/ y", "http://[::1"])
+def test_fleet_publish_refuses_a_base_url_that_is_no_web_address(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], base: str,
+) -> None:
+    write_run(tmp_path / "runs", STAMPS[0], ("pkg-a",))
+    code, _, err = kiln(monkeypatch, capsys, "fleet", "publish", "--runs-dir",
+                        tmp_path / "runs", "--repo", repo, "--base-url", base)
+    assert code == 2, err
+    assert f"--base-url {base!r} is not an http(s) address or a path from the site root" in err
+    assert git(repo, "branch", "--list", "gh-pages") == ""
+
+
+@pytest.mark.parametrize("base", ["https://example.github.io/proj/", "/proj", ""])
+def test_site_url_takes_web_addresses_and_site_paths(repo: Path, base: str) -> None:
+    from wheelkiln.docs_branch import site_url
+
+    assert site_url(repo, base) == base.rstrip("/")
+
+
+def test_push_without_a_remote_is_refused_before_any_commit(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    git(repo, "remote", "remove", "origin")
+    write_run(tmp_path / "runs", STAMPS[0], ("pkg-a",))
+    for argv in (("fleet", "publish", "--runs-dir", tmp_path / "runs", "--base-url", BASE),
+                 ("bench", "publish", "--store", bench_store(tmp_path))):
+        code, _, err = kiln(monkeypatch, capsys, *argv, "--repo", repo, "--push")
+        assert code == 2, err
+        assert f"--push: the repository {repo} has no remote 'origin'" in err
+        assert git(repo, "branch", "--list", "gh-pages") == ""
+
+
+def test_bench_publish_refuses_a_missing_store_and_names_only_the_store(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    results = bench_store(tmp_path)
+    code, _, err = kiln(monkeypatch, capsys, "bench", "publish", "--store",
+                        tmp_path / "typo.jsonl", "--repo", repo)
+    assert code == 2, err
+    assert f"No results store at {tmp_path / 'typo.jsonl'}: nothing to publish" in err
+    assert "Give --store the results store" in err
+    assert git(repo, "branch", "--list", "gh-pages") == ""
+
+    with results.open("a") as handle:
+        handle.write("not json\n")
+    code, _, err = kiln(monkeypatch, capsys, "bench", "publish", "--store", results,
+                        "--repo", repo)
+    assert code == 0, err
+    data = json.loads(git(repo, "show", "gh-pages:data/bench/bench.json"))
+    assert data["store"] == "results.jsonl"
+    assert data["warnings"] == ["results.jsonl: line 3: not JSON ('not json'), skipped"]
+    assert str(tmp_path) not in git(repo, "show", "gh-pages:data/bench/bench.json")

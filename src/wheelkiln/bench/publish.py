@@ -18,7 +18,8 @@ from typing import Any
 from wheelkiln.bench import store
 from wheelkiln.bench.report import json_safe, render_html, summary_json
 from wheelkiln.bench.stats import summarize
-from wheelkiln.docs_branch import docs_worktree
+from wheelkiln.docs_branch import docs_worktree, require_remote
+from wheelkiln.errors import UsageError
 
 BENCH_DIR = "data/bench"
 BENCH_JSON = "bench.json"
@@ -53,17 +54,26 @@ def bench_data(records: list[dict[str, Any]], source: str) -> dict[str, Any]:
 
 
 def publish_bench(store_path: Path, *, repo: Path, branch: str, push: bool) -> BenchPublishResult:
+    if push:
+        require_remote(repo)
+    # A missing store would publish an empty page over the real one (a typo in --store).
+    if not store_path.exists():
+        raise UsageError(
+            f"No results store at {store_path}: nothing to publish.",
+            hint="Give --store the results store kiln bench appends to (default: "
+            "$KILN_STATE_HOME/results.jsonl).",
+        )
     records, warnings = store.read(store_path)
     data = bench_data(records, store_path.name)
-    data["warnings"] = warnings
+    # Only the store's name, as in "store": the branch is public, the home directory not.
+    data["warnings"] = [w.replace(f"{store_path}: ", f"{store_path.name}: ", 1)
+                        for w in warnings]
     summary = summarize(records)
     with docs_worktree(repo, branch) as worktree:
-        target = worktree.path / BENCH_DIR
-        target.mkdir(parents=True, exist_ok=True)
-        (target / BENCH_JSON).write_text(
-            json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
-        (target / "index.html").write_text(render_html(summary, source=store_path.name),
-                                           encoding="utf-8")
+        worktree.write_text(f"{BENCH_DIR}/{BENCH_JSON}",
+                            json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+        worktree.write_text(f"{BENCH_DIR}/index.html",
+                            render_html(summary, source=store_path.name))
         commit = worktree.commit(f"Publish bench results ({len(records)} records)")
         if push:
             worktree.push()

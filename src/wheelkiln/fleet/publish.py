@@ -2,20 +2,25 @@
 
 The stamped folder is a permalink and never changes once published: run.json,
 samples.jsonl, the build records and the run's page (logs and wheels stay on the build
-node). ``data/perf/index.html`` opens on the newest published run and offers every run
-in a selector, newest first; ``data/perf/runs.json`` lists them for tools. Both are
-rebuilt from the folders on the branch at each publish, so publishing the same run again
-changes nothing and commits nothing.
+node). What is published is what :func:`~wheelkiln.fleet.folder.read_run` checked, written
+anew, and the page is drawn from it: a run folder may come from anywhere, so neither its
+files nor its own ``index.html`` (which could hold a script) are copied.
+``data/perf/index.html`` opens on the newest published run and offers every run in a
+selector, newest first; ``data/perf/runs.json`` lists them for tools. Both are rebuilt
+from the folders on the branch at each publish, so publishing the same run again changes
+nothing and commits nothing.
 """
 
 from __future__ import annotations
 
 import html
+import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from wheelkiln.docs_branch import docs_worktree
+from wheelkiln.docs_branch import docs_worktree, require_remote
 from wheelkiln.fleet import folder as fmt
 from wheelkiln.fleet.page import render_run_page
 from wheelkiln.plots import with_nav
@@ -72,25 +77,21 @@ def selector(base: str, stamps: list[str], current: str) -> str:
 
 
 def _copy_run(run_folder: fmt.RunFolder, target: Path, base: str) -> None:
-    target.mkdir(parents=True)
-    for name in (fmt.RUN_FILE, fmt.SAMPLES_FILE):
-        source = run_folder.path / name
-        if source.is_file():
-            (target / name).write_bytes(source.read_bytes())
-    (target / fmt.RECORDS_DIR).mkdir()
-    inside = (target / fmt.RECORDS_DIR).resolve()
+    """Write the checked run into ``target``, a fresh folder of the docs worktree."""
+    if target.is_dir():
+        shutil.rmtree(target)  # an unfinished folder on the branch (no run.json in it)
+    (target / fmt.RECORDS_DIR).mkdir(parents=True)
+    fmt.write_json(target / fmt.RUN_FILE, run_folder.run)
+    (target / fmt.SAMPLES_FILE).write_text(
+        "".join(json.dumps(sample, sort_keys=True, allow_nan=False) + "\n"
+                for sample in run_folder.samples), encoding="utf-8")
     for build in run_folder.builds:
         record = run_folder.records.get(build["cell"])
-        record_name = build.get("record")
-        if record is None or not isinstance(record_name, str):
-            continue
-        destination = (target / record_name).resolve()
-        # run.json names the file; a name that leads out of records/ is not followed.
-        if destination.parent == inside:
-            fmt.write_json(destination, record)
-    drawn = run_folder.path / fmt.PAGE_FILE
-    page = (drawn.read_text(encoding="utf-8") if drawn.is_file()
-            else render_run_page(run_folder))
+        # run.json names the file; only a name of the form records/<file> is written.
+        name = fmt.record_name(build.get("record"))
+        if record is not None and name is not None:
+            fmt.write_json(target / name, record)
+    page = render_run_page(run_folder)
     (target / fmt.PAGE_FILE).write_text(with_nav(page, _back_link(base)), encoding="utf-8")
 
 
@@ -102,23 +103,24 @@ def published_runs(perf: Path) -> list[str]:
 def publish_run(
     run_folder: fmt.RunFolder, *, repo: Path, branch: str, base: str, push: bool
 ) -> PublishResult:
+    if push:
+        require_remote(repo)
     with docs_worktree(repo, branch) as worktree:
-        perf = worktree.path / PERF_DIR
-        target = perf / run_folder.stamp
-        if not (target / fmt.RUN_FILE).is_file():
+        folder = f"{PERF_DIR}/{run_folder.stamp}"
+        target = worktree.inside(f"{folder}/{fmt.RUN_FILE}").parent
+        if not fmt.is_run_folder(target):
             _copy_run(run_folder, target, base)
-        stamps = published_runs(perf)
+        stamps = published_runs(target.parent)
         # The index is the newest run's page, with the selector in place of its link.
-        newest_page = (perf / stamps[0] / fmt.PAGE_FILE).read_text(encoding="utf-8")
-        (perf / "index.html").write_text(with_nav(newest_page, selector(base, stamps, stamps[0])),
-                                         encoding="utf-8")
-        fmt.write_json(perf / RUNS_INDEX, {
+        newest_page = worktree.read_text(f"{PERF_DIR}/{stamps[0]}/{fmt.PAGE_FILE}")
+        worktree.write_text(f"{PERF_DIR}/index.html",
+                            with_nav(newest_page, selector(base, stamps, stamps[0])))
+        worktree.write_text(f"{PERF_DIR}/{RUNS_INDEX}", fmt.json_text({
             "newest": stamps[0],
             "runs": [{"stamp": s, "url": run_url(base, s)} for s in stamps],
-        })
+        }))
         commit = worktree.commit(f"Publish fleet run {run_folder.stamp}")
         if push:
             worktree.push()
-        return PublishResult(branch, run_folder.stamp, f"{PERF_DIR}/{run_folder.stamp}/",
-                             commit, push, stamps, worktree.created_branch)
-
+        return PublishResult(branch, run_folder.stamp, f"{folder}/", commit, push, stamps,
+                             worktree.created_branch)
