@@ -219,3 +219,60 @@ def test_bench_refuses_a_corrupt_store_before_building(tmp_path: Path, recipe: P
     assert "corrupt store" in result.exception.message
     assert path.read_bytes() == before
     assert not (tmp_path / "home").exists()
+
+
+def test_markdown_keeps_every_value_text() -> None:
+    """mkdocs renders the report as HTML: a value from the store is never markup."""
+    hostile = rec("cold", 5.0, target="<script>alert(1)</script>", cell=None,
+                  builder="[x](javascript:alert(1))", arch="a\\|b&c`d")
+    text = render_markdown(summarize([hostile, rec("hot", 1.0)]),
+                           source="/s/`<img src=x onerror=alert(1)>`.jsonl")
+    assert "<script" not in text and "<img" not in text
+    row = next(line for line in text.splitlines() if "script" in line)
+    assert row.startswith("| &lt;script&gt;alert(1)&lt;/script&gt; | "
+                          "\\[x\\](javascript:alert(1)) | a\\\\\\|b&amp;c\\`d | 8 | 1 | cold |")
+    assert row.count(" | ") == len(("target", "builder", "arch", "jobs", "shards", "scenario",
+                                    "n", "median wall", "min–max", "hits/misses")) - 1
+    assert "from /s/\\`&lt;img src=x onerror=alert(1)&gt;\\`.jsonl. Medians" in text
+    empty = render_markdown(summarize([]), source="<b>s</b>")
+    assert "No bench records in &lt;b&gt;s&lt;/b&gt;." in empty
+
+
+def test_report_refuses_to_write_over_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    write_store(path, RECORDS)
+    before = path.read_bytes()
+    (tmp_path / "link.md").symlink_to(path)
+    (tmp_path / "hard.md").hardlink_to(path)
+    for out in (path, tmp_path / "sub" / ".." / "results.jsonl", tmp_path / "link.md",
+                tmp_path / "hard.md"):
+        (tmp_path / "sub").mkdir(exist_ok=True)
+        result = CliRunner().invoke(bench_group, ["report", "--store", str(path),
+                                                  "--out", str(out)])
+        assert isinstance(result.exception, KilnError), result.output
+        assert result.exception.exit_code == 2
+        assert result.exception.message == (
+            f"--out {out} is the results store {path}: the report would overwrite every "
+            "record in it.")
+        assert path.read_bytes() == before
+
+
+def test_report_for_a_target_that_matches_nothing_lists_the_targets(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    write_store(path, [*RECORDS, {**rec("cold", 5.0), "target": "other", "cell": "other-c"}])
+    result = CliRunner().invoke(bench_group, ["report", "--store", str(path),
+                                              "--target", "typo"])
+    assert isinstance(result.exception, KilnError) and result.exception.exit_code == 2
+    assert result.exception.message == f"No record in {path} matches --target typo."
+    assert result.exception.hint is not None
+    assert result.exception.hint.startswith("Targets there: demo, other.")
+
+
+def test_report_selects_around_a_cell_that_is_no_text(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    write_store(path, [rec("cold", 5.0, cell=["a", "b"]), rec("cold", 6.0, cell={"x": 1}),
+                       rec("cold", 7.0, target="b")])
+    result = CliRunner().invoke(bench_group, ["report", "--store", str(path), "--target", "b",
+                                              "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert [g["n"] for g in json.loads(result.stdout)["groups"]] == [1]

@@ -114,3 +114,17 @@ def test_100k_records_group_completely() -> None:
     summary = summarize(records)
     assert sum(g.n for g in summary.groups) == 100_000
     assert len(summary.groups) == 3 * 5 * 2
+
+
+def test_select_passes_over_a_target_or_cell_that_is_no_text() -> None:
+    records = [rec("cold", 1, cell=["a"]), rec("cold", 2, cell={"b": 1}),  # type: ignore[arg-type]
+               rec("cold", 3, cell="b")]
+    assert [r["step_wall_seconds"] for r in select(records, ["b"])] == [3]
+    records[0]["target"] = ["demo"]
+    assert len(select(records, ["demo"])) == 2
+
+
+@pytest.mark.parametrize("wall", [float("-inf"), float("inf"), float("nan"), -1.0, 0.0])
+def test_no_ratio_with_a_median_that_is_no_positive_finite_time(wall: float) -> None:
+    summary = summarize([rec("warm", wall), rec("hot", 2.0), rec("cold", 8.0)])
+    assert [r.name for r in summary.ratios] == ["cold/hot"]

@@ -190,3 +190,61 @@ def test_bench_record_adds_the_bench_fields() -> None:
     assert made["step_wall_seconds"] == 5.123 and made["wall_seconds"] == 3
     assert made["builder"] == "farm-1" and made["jobs"] == 4 and made["shards"] == 1
     assert build["builder"] == "host"  # the build record is not changed in place
+
+
+def _in_time(call: Any, seconds: float = 20) -> Any:
+    """``call()``, failing the test (instead of hanging it) when it does not return."""
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # handed to the test below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "hung on a store that is no regular file"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "a link to /dev/zero"])
+def test_only_a_regular_file_is_a_store(tmp_path: Path, kind: str) -> None:
+    import os
+
+    path = tmp_path / "results.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "/dev/zero":
+        path = Path("/dev/zero")
+    else:
+        path.symlink_to("/dev/zero")
+    message = (f"The results store {path} is not a regular file (a fifo, a device or a "
+               "socket).")
+    for call in (lambda: store.read(path), lambda: store.append(record(0), path)):
+        with pytest.raises(KilnError, match="is not a regular file") as caught:
+            _in_time(call)
+        assert caught.value.message == message and caught.value.exit_code == 2
+
+
+def test_records_with_a_wall_a_median_cannot_use_are_skipped_by_line(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    lines = [record(0), record(1, step_wall_seconds=-5.0), record(2, step_wall_seconds=0),
+             record(3, step_wall_seconds=None, wall_seconds=-1), record(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines) + '{"x": 1}\n'
+                    + json.dumps(record(7, step_wall_seconds=-0.5)) + "\n")
+    records, warnings = store.read(path)
+    assert [r["n"] for r in records] == [0, 4]
+    assert warnings[-4:] == [
+        f"{path}: line {n}: wall time {wall} s is not a positive finite number, skipped"
+        for n, wall in ((2, -5.0), (3, 0.0), (4, -1.0), (7, -0.5))]
+    # The fast path (every line a record) names the lines too.
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    records, warnings = store.read(path)
+    assert [r["n"] for r in records] == [0, 4] and len(warnings) == 3
+    assert warnings[0] == f"{path}: line 2: wall time -5.0 s is not a positive finite number, skipped"

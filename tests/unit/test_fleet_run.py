@@ -301,6 +301,6 @@ def test_run_json_that_cannot_be_published_is_refused(
     if why is None:  # the whole run.json a deep nest, not only a value in it
         (folder / "run.json").write_text("[" * 100_000)
         why = "nested too deeply"
-    with pytest.raises(UsageError, match="is not a fleet run's run.json") as caught:
+    with pytest.raises(UsageError, match=r"is not a fleet run's run\.json") as caught:
         fmt.read_run(folder)
     assert why in caught.value.message

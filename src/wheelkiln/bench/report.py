@@ -46,8 +46,19 @@ def _count(value: float | None) -> str:
     return f"{value:g}"
 
 
+MARKDOWN_ESCAPES = str.maketrans({
+    "\\": "\\\\", "|": "\\|", "`": "\\`", "[": "\\[", "]": "\\]",
+    "&": "&amp;", "<": "&lt;", ">": "&gt;", "\n": " ", "\r": " ",
+})
+"""A value from the store (or its path) as Markdown text: the report is rendered as HTML
+by mkdocs, so a target named ``<script>`` must stay text, ``[x](javascript:...)`` must
+not become a link, a backtick must not open a code span, and a backslash must not undo
+the escape of a ``|`` after it (a column of its own). Not a code span for the path:
+inside one an entity would show as ``&lt;``, and a backtick would end it."""
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return text.translate(MARKDOWN_ESCAPES)
 
 
 def _table(columns: tuple[str, ...], rows: list[list[str]]) -> list[str]:
@@ -83,12 +94,12 @@ def render_markdown(summary: Summary, *, source: str = "") -> str:
     lines = ["## Bench results", ""]
     if not summary.groups:
         lines.append(
-            f"No bench records{f' in {source}' if source else ''}. "
+            f"No bench records{f' in {_cell(source)}' if source else ''}. "
             "Run `kiln bench TARGET --scenario all` to add some."
         )
         return "\n".join(lines) + "\n"
     lines += [
-        f"{summary.records} run(s){f' from `{source}`' if source else ''}. Medians over the "
+        f"{summary.records} run(s){f' from {_cell(source)}' if source else ''}. Medians over the "
         "successful runs of each key, n beside them (failed runs are counted, never "
         "averaged in). Wall is the whole build step as the harness timed it: source copy, "
         "build environment, build. hits/misses are median compiler-cache counters. "

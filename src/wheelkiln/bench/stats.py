@@ -17,6 +17,7 @@ used in a ratio.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -153,6 +154,12 @@ def wall_of(record: Mapping[str, Any]) -> float | None:
     return wall if wall is not None else _float(record.get("wall_seconds"))
 
 
+def usable_wall(wall: float) -> bool:
+    """A wall time a median and a ratio can use: finite and above zero. The reader of
+    the store leaves other records out (with a warning naming the line)."""
+    return math.isfinite(wall) and wall > 0
+
+
 def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
@@ -231,7 +238,7 @@ def ratios(groups: Iterable[GroupStats]) -> list[Ratio]:
             if top is None or bottom is None:
                 continue
             assert top.median_wall is not None and bottom.median_wall is not None
-            if bottom.median_wall <= 0:
+            if not (usable_wall(top.median_wall) and usable_wall(bottom.median_wall)):
                 continue
             found.append(
                 Ratio(condition, numerator, denominator, top.median_wall / bottom.median_wall,
@@ -245,4 +252,7 @@ def select(records: Iterable[dict[str, Any]], targets: Sequence[str]) -> list[di
     if not targets:
         return list(records)
     wanted = set(targets)
-    return [r for r in records if r.get("target") in wanted or r.get("cell") in wanted]
+    # A hand-edited record may hold a list or an object there, which no set can look up.
+    return [r for r in records
+            if any(isinstance(value, str) and value in wanted
+                   for value in (r.get("target"), r.get("cell")))]

@@ -9,6 +9,9 @@ line of its own and the fragment stays a single skipped line in the middle.
 
 A file in which no line is a bench record is not a store at all (a wrong ``--store``
 path, binary garbage): reading it raises :class:`~wheelkiln.errors.UsageError` (exit 2) and never touches it.
+Nor is anything but a regular file (a fifo would never end, ``/dev/zero`` never stop).
+A record whose wall time is zero, negative or not finite is skipped with a warning
+naming its line: it would otherwise enter medians and ratios (``warm/hot -inf×``).
 """
 
 from __future__ import annotations
@@ -19,12 +22,14 @@ import fcntl
 import gc
 import json
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from wheelkiln.bench.stats import usable_wall, wall_of
 from wheelkiln.errors import KilnError, UsageError
 from wheelkiln.paths import state_home
 
@@ -112,10 +117,36 @@ def _store_error(path: Path, exc: OSError) -> KilnError:
             f"The results store {path} is a directory.",
             hint="Give --store the path of a .jsonl file (it is created if missing).",
         )
+    if exc.errno == errno.ENXIO:  # a fifo nobody reads, opened to write without waiting
+        return _not_regular(path)
     return UsageError(
         f"Cannot use the results store {path}: {exc.strerror or exc}.",
         hint="Check the path and its permissions, or give another one with --store.",
     )
+
+
+def _not_regular(path: Path) -> KilnError:
+    return UsageError(
+        f"The results store {path} is not a regular file (a fifo, a device or a socket).",
+        hint="Give --store the path of a .jsonl file (it is created if missing).",
+    )
+
+
+def _open_regular(path: Path, flags: int) -> int:
+    """A descriptor of ``path`` once it is a regular file; never waits on a fifo."""
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise _store_error(path, exc) from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise _store_error(path, IsADirectoryError(errno.EISDIR, "Is a directory"))
+        raise _not_regular(path)
+    return fd
 
 
 def append(record: Mapping[str, Any], path: Path | None = None) -> Path:
@@ -125,7 +156,10 @@ def append(record: Mapping[str, Any], path: Path | None = None) -> Path:
     data = line.encode()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise _store_error(path, exc) from None
+    try:
+        fd = _open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     except OSError as exc:
         raise _store_error(path, exc) from None
     try:
@@ -221,8 +255,9 @@ def _parse_line(raw: bytes) -> Any:
         return None
 
 
-def _parse_each(body: bytes) -> tuple[list[dict[str, Any]], list[str]]:
+def _parse_each(body: bytes) -> tuple[list[dict[str, Any]], list[int], list[str]]:
     records: list[dict[str, Any]] = []
+    numbers: list[int] = []
     problems: list[str] = []
     with paused_gc():
         for number, raw in enumerate(body.split(b"\n")[:-1], 1):
@@ -241,7 +276,8 @@ def _parse_each(body: bytes) -> tuple[list[dict[str, Any]], list[str]]:
                 )
             else:
                 records.append(value)
-    return records, problems
+                numbers.append(number)
+    return records, numbers, problems
 
 
 def read(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
@@ -255,9 +291,12 @@ def read(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     """
     path = path or default_store_path()
     try:
-        data = path.read_bytes()
+        fd = _open_regular(path, os.O_RDONLY)
     except FileNotFoundError:
         return [], []
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            data = handle.read()
     except OSError as exc:
         raise _store_error(path, exc) from None
     if not data or data.isspace():
@@ -268,10 +307,11 @@ def read(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
     line_count = body.count(b"\n")
     fast = _parse_fast(body, line_count) if body else None
     problems: list[str] = []
+    numbers: Iterable[int]
     if fast is not None:
-        records = fast
+        records, numbers = fast, range(1, len(fast) + 1)
     else:
-        records, problems = _parse_each(body)
+        records, numbers, problems = _parse_each(body)
     warnings: list[str] = []
     torn_number = line_count + 1
     if torn_tail and not torn_tail.isspace():
@@ -279,6 +319,7 @@ def read(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
         if _is_record(complete):
             # The whole record is there; only its newline is missing (an edit by hand).
             records.append(complete)
+            numbers = [*numbers, torn_number]
             warnings.append(f"{path}: line {torn_number} has no newline at the end; kept")
         elif not records and not problems and not _looks_torn(torn_tail):
             problems.append(f"line {torn_number}: not JSON ({_preview(torn_tail)})")
@@ -299,7 +340,29 @@ def read(path: Path | None = None) -> tuple[list[dict[str, Any]], list[str]]:
         warnings.append(f"{path}: {problem}")
     if len(problems) > MAX_WARNINGS:
         warnings.append(f"{path}: {len(problems) - MAX_WARNINGS} more invalid line(s) skipped")
-    return records, warnings
+    return _without_bad_walls(records, numbers, path, warnings)
+
+
+def _without_bad_walls(
+    records: list[dict[str, Any]], numbers: Iterable[int], path: Path, warnings: list[str]
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The records whose wall time a median can use (or that have none: those count as
+    failed runs), and a warning for each line left out."""
+    kept: list[dict[str, Any]] = []
+    skipped = 0
+    for record, number in zip(records, numbers, strict=True):
+        wall = wall_of(record)
+        if wall is None or usable_wall(wall):
+            kept.append(record)
+            continue
+        skipped += 1
+        if skipped <= MAX_WARNINGS:
+            warnings.append(f"{path}: line {number}: wall time {wall} s is not a positive "
+                            "finite number, skipped")
+    if skipped > MAX_WARNINGS:
+        warnings.append(f"{path}: {skipped - MAX_WARNINGS} more record(s) with such a wall "
+                        "time skipped")
+    return kept, warnings
 
 
 def _preview(raw: bytes) -> str:

@@ -190,9 +190,10 @@ def bench_report(
     from wheelkiln.bench import store
     from wheelkiln.output_paths import check_output_file
 
+    path = store_path or store.default_store_path()
     if out_path is not None:
         check_output_file(out_path, "--out")
-    path = store_path or store.default_store_path()
+        _refuse_out_onto_store(out_path, path)
     with store.paused_gc(freeze=True):  # a command about to exit: see paused_gc
         text = produce_report(path, targets, fmt)
     if out_path is not None:
@@ -237,21 +238,42 @@ def bench_publish(branch: str, push: bool, store_path: Path | None, repo: Path |
         emit_json(result.as_json())
 
 
+def _refuse_out_onto_store(out_path: Path, store_path: Path) -> None:
+    """Writing the report over the results store would lose every record in it: compare
+    what the paths resolve to (a link, ``./``, a hard link), not their spelling."""
+    from wheelkiln.errors import UsageError
+
+    same = out_path.resolve() == store_path.resolve()
+    if not same and out_path.exists() and store_path.exists():
+        same = out_path.samefile(store_path)
+    if same:
+        raise UsageError(
+            f"--out {out_path} is the results store {store_path}: the report would overwrite "
+            "every record in it.",
+            hint="Give --out another file, e.g. bench.md.",
+        )
+
+
 def produce_report(path: Path, targets: tuple[str, ...] | list[str], fmt: str) -> str:
     """What ``kiln bench report`` prints: read the store, select, summarize, render.
     Warnings about skipped lines go to stderr. (benchmarks/bench_report.py times this.)"""
     from wheelkiln.bench import store
     from wheelkiln.bench.report import render_html, render_json, render_markdown
     from wheelkiln.bench.stats import select, summarize
+    from wheelkiln.errors import UsageError
 
     records, warnings = store.read(path)
     for warning in warnings:
         ui.warn(warning)
     chosen = select(records, targets)
-    if targets and not chosen:
+    if targets and records and not chosen:
         known = sorted({str(r.get("target")) for r in records})
-        ui.warn(f"no records for {', '.join(targets)} in {path}"
-                + (f" (targets there: {', '.join(known)})" if known else ""))
+        shown = ", ".join(known[:20]) + (f" and {len(known) - 20} more" if len(known) > 20
+                                         else "")
+        raise UsageError(
+            f"No record in {path} matches --target {', '.join(targets)}.",
+            hint=f"Targets there: {shown}. --target takes a package name or a cell id.",
+        )
     summary = summarize(chosen)
     if fmt == "json":
         return render_json(summary, source=str(path), warnings=warnings)
