@@ -150,3 +150,22 @@ def test_on_a_terminal_the_spinner_shows_a_build_line_as_text() -> None:
     running.line("[1/2] Building CXX object out[/x]/a.o")
     assert shown == ["Building demo: [dim][1/2] Building CXX object out\\[/x]/a.o[/dim]"]
     ui.console.print(shown[0])  # rich reads it without a MarkupError
+
+
+def test_help_without_a_terminal_ignores_columns() -> None:
+    import os
+    import subprocess
+    import sys
+
+    def help_text(columns: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "wheelkiln", "build", "--help"],
+            capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL,
+            env={**os.environ, "COLUMNS": columns},
+        )  # fmt: skip
+        return done.stdout
+
+    narrow, wide = help_text("20"), help_text("300")
+    assert narrow == wide
+    assert max(len(line) for line in narrow.splitlines()) <= 100
+    assert "Build one cell of RECIPE (a path, or a name under recipes/) into a wheel." in narrow

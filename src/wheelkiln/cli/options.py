@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -29,7 +30,13 @@ if TYPE_CHECKING:
     from wheelkiln.cells import Cell
     from wheelkiln.recipe.load import LoadedRecipe
 
-CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+CONTEXT: dict[str, Any] = {
+    "help_option_names": ["-h", "--help"],
+    "max_content_width": 100,
+    # Without a terminal click would take $COLUMNS, so help read through a pipe or in a
+    # CI log would fold at whatever width the shell that started it had.
+    **({} if sys.stdout.isatty() else {"terminal_width": 100}),
+}
 
 F = TypeVar("F", bound=Callable[..., Any])
 T = TypeVar("T")
