@@ -163,3 +163,44 @@ def test_a_backend_answer_must_be_a_list_of_requirements() -> None:
         with pytest.raises(BuildError) as raised:
             checked_dynamic(answer, "b")
         assert shown in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        ("[" * 100_000, "nested too deep"),
+        ('{"freeze": 1' + "0" * 5000 + "}", "Exceeds the limit"),
+        ('{"freeze": 7}', "no freeze text in it"),
+        ("[1, 2]", "no freeze text in it"),
+        (None, "not a regular file"),  # a fifo: never waited on
+    ],
+)
+def test_an_environment_record_that_cannot_be_read_is_named_with_what_to_do(
+    tmp_path: Path, content: str | None, said: str
+) -> None:
+    import os
+
+    from wheelkiln.builder.environment import BuildEnvironment
+    from wheelkiln.errors import BuildError
+
+    env = tmp_path / "0123456789abcdef"
+    env.mkdir()
+    record = env / "kiln-env.json"
+    if content is None:
+        os.mkfifo(record)
+    else:
+        record.write_text(content)
+    with pytest.raises(BuildError) as refused:
+        BuildEnvironment(env, ()).frozen()
+    assert refused.value.message.startswith(f"{record}: ")
+    assert said in refused.value.message
+    assert refused.value.hint == f"Remove {env} and build again: kiln makes the environment anew."
+
+
+def test_an_environment_record_gives_its_freeze(tmp_path: Path) -> None:
+    from wheelkiln.builder.environment import BuildEnvironment
+
+    (tmp_path / "kiln-env.json").write_text('{"freeze": "ninja==1.13.0\\n"}')
+    assert BuildEnvironment(tmp_path, ()).frozen() == "ninja==1.13.0\n"
+    (tmp_path / "kiln-env.json").write_text('{"requires": []}')  # a record of an older kiln
+    assert BuildEnvironment(tmp_path, ()).frozen() == ""

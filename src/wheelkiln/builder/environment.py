@@ -258,7 +258,24 @@ class BuildEnvironment:
     def frozen(self) -> str:
         """The lock the environment was installed from (``name==version`` lines)."""
         record = self.path / "kiln-env.json"
-        return str(json.loads(record.read_text()).get("freeze", "")) if record.exists() else ""
+        if not record.exists():
+            return ""
+        try:
+            document = holds.read_json(record, MOST_BYTES)
+            freeze = document.get("freeze", "") if isinstance(document, dict) else None
+        except (OSError, ValueError) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise BuildError(
+                f"{record}: the build environment's record cannot be read ({detail}), so "
+                "what it holds is unknown.",
+                hint=f"Remove {self.path} and build again: kiln makes the environment anew.",
+            ) from None
+        if not isinstance(freeze, str):
+            raise BuildError(
+                f"{record}: no freeze text in it, so what the environment holds is unknown.",
+                hint=f"Remove {self.path} and build again: kiln makes the environment anew.",
+            )
+        return freeze
 
     def seen_from(self, views: Path) -> BuildEnvironment:
         """This environment as a build sees it: ``views/<key>``, a symlink to it.
