@@ -245,3 +245,14 @@ def test_a_shards_ninja_log_times_no_tu_its_stub_slots_compiled_others_in(tmp_pa
     history = read_history([tmp_path])
     assert history.seconds == {"src/a.cpp": 8.5, "src/c.cpp": 4.0}
     assert history.seen == {"src/a.cpp", "src/b.cpp", "src/c.cpp"}
+
+
+def test_link_records_that_say_no_usable_time_are_passed_over(tmp_path: Path) -> None:
+    from wheelkiln.plan.census import read_history
+
+    (tmp_path / "a.link.json").write_text('{"wall_seconds": 12.5}')
+    (tmp_path / "b.link.json").write_text('{"wall_seconds": NaN}')
+    (tmp_path / "c.link.json").write_text('{"wall_seconds": -3}')
+    (tmp_path / "d.link.json").write_text("[" * 100_000)
+    (tmp_path / "e.link.json").write_text('{"wall_seconds": 1' + "0" * 5000 + "}")
+    assert read_history([tmp_path]).link_seconds == [12.5]

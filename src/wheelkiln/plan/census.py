@@ -19,6 +19,7 @@ TUs no log timed get a model estimate, scaled by the measured TUs where there ar
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -294,9 +295,11 @@ def read_history(paths: Iterable[Path]) -> History:
             for record_path in sorted(path.rglob("*.link.json")):
                 try:
                     record = json.loads(record_path.read_text(encoding="utf-8"))
-                    history.link_seconds.append(float(record["wall_seconds"]))
-                except (OSError, ValueError, KeyError, TypeError):
+                    seconds = float(record["wall_seconds"])
+                except (OSError, ValueError, KeyError, TypeError, RecursionError):
                     continue
+                if math.isfinite(seconds) and seconds >= 0:  # a damaged record says nothing
+                    history.link_seconds.append(seconds)
     history.seen |= set(history.seconds)
     return history
 
