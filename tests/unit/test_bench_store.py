@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.processes import within
 from wheelkiln.bench import store
 from wheelkiln.errors import KilnError
 
@@ -194,23 +195,8 @@ def test_bench_record_adds_the_bench_fields() -> None:
 
 def _in_time(call: Any, seconds: float = 20) -> Any:
     """``call()``, failing the test (instead of hanging it) when it does not return."""
-    import threading
-
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:  # handed to the test below
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), "hung on a store that is no regular file"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    with within(seconds):
+        return call()
 
 
 @pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "a link to /dev/zero"])

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.processes import within
 from wheelkiln.builder_lock import BuilderLock
 from wheelkiln.cells import Cell
 from wheelkiln.errors import UsageError
@@ -146,23 +147,8 @@ def test_a_sharded_build_gives_a_gantt_row_per_shard_and_link_job(tmp_path: Path
 
 def _in_time(call: Any, seconds: float = 20) -> Any:
     """``call()``, failing the test (instead of hanging it) when it does not return."""
-    import threading
-
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = call()
-        except BaseException as exc:  # handed to the test below
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert not thread.is_alive(), "hung (a fifo read?)"
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
+    with within(seconds):
+        return call()
 
 
 def test_reader_follows_no_link_and_waits_on_no_fifo(tmp_path: Path) -> None:
