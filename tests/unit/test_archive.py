@@ -3,6 +3,7 @@ written. (tests/integration/test_hostile_archives.py does the same to a real arc
 
 from __future__ import annotations
 
+import errno
 import gzip
 import io
 import json
@@ -25,8 +26,10 @@ from wheelkiln.cache.archive import (
     DEFAULT_MAX_MEMBERS,
     DEFAULT_MAX_UNPACKED_SIZE,
     ArchiveLimits,
+    Layout,
     copy_capped,
     extract,
+    extract_tree,
     format_size,
     inspect_archive,
     pack,
@@ -95,6 +98,15 @@ def _with(tmp_path: Path, packed: Path, *extra: tuple[tarfile.TarInfo, bytes]) -
         (special_member("cache/dev", tarfile.CHRTYPE), "is a device"),
         (special_member("cache/blk", tarfile.BLKTYPE), "is a device"),
         (special_member("cache/fifo", tarfile.FIFOTYPE), "is a fifo"),
+        # the fixture's archive holds cache/a/b/entry, a file
+        (file_member("cache/a/b", b"x"), "is a file, and a directory of that name is in this "
+         "archive"),
+        (file_member("cache/a/b/entry/x", b"x"), "is under 'cache/a/b/entry', which is a file "
+         "in this archive"),
+        (file_member("cache/" + "n" * 256, b"x"), "is a path with a component longer than 255 "
+         "bytes"),
+        (file_member("cache/" + "/".join(["d" * 200] * 21), b"x"), "is a path longer than "
+         "4096 bytes"),
     ],
     ids=lambda value: value[0].name if isinstance(value, tuple) else None,
 )
@@ -244,7 +256,9 @@ def test_unreadable_archives_are_named(tmp_path: Path, packed: Path) -> None:
     json_bytes = json.dumps(valid_manifest()).encode()
     for blob, problem in [(b'{"cell": "\xff"}', "not UTF-8 (byte 0xff at offset 10)"),
                           (json_bytes[:-1], "not JSON (Expecting ',' delimiter"),
-                          (b"[" * 100_000, "JSON nested too deeply")]:
+                          (b"[" * 100_000, "JSON nested too deeply"),
+                          (b'{"schema": 1, "count": ' + b"9" * 5000 + b"}",
+                           "not JSON kiln reads (a number too long to convert)")]:
         bad = write_members(tmp_path / "bad.tar.gz", [file_member("manifest.json", blob)])
         with pytest.raises(GateError, match=re.escape(problem)):
             read_manifest(bad)
@@ -253,12 +267,168 @@ def test_unreadable_archives_are_named(tmp_path: Path, packed: Path) -> None:
         read_manifest(bare)
 
 
-def test_a_write_error_is_ours_not_the_archive(tmp_path: Path, packed: Path) -> None:
-    target = tmp_path / "merged"
-    target.mkdir()
-    (target / "a").write_text("a file where the archive needs a directory")
-    with pytest.raises(BuildError, match="Could not unpack"):
-        unpack(packed, target)
+def test_a_write_error_is_ours_not_the_archive(
+    tmp_path: Path, packed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*_: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("wheelkiln.cache.archive.shutil.move", full)
+    with pytest.raises(BuildError, match="Could not unpack .*No space left on device"):
+        unpack(packed, tmp_path / "merged")
+
+
+def _archive_of(path: Path, *names: str) -> Path:
+    return write_members(
+        path,
+        [file_member("manifest.json", json.dumps(valid_manifest()).encode()),
+         *(file_member(name, name.encode()) for name in names)],
+    )
+
+
+def test_a_file_never_lands_on_a_directory_an_earlier_archive_left(tmp_path: Path) -> None:
+    merged = tmp_path / "merged"
+    first = _archive_of(tmp_path / "first.tar.gz", "cache/a/b", "cache/same")
+    extract(first, merged)
+    second = _archive_of(tmp_path / "second.tar.gz", "cache/same", "cache/z", "cache/a")
+    with pytest.raises(GateError) as caught:
+        extract(second, merged)
+    assert caught.value.message == (
+        f"{second}, member 'cache/a': an earlier archive left a directory at {merged / 'a'}, "
+        "where this one needs a file; the archive was rejected and nothing was extracted "
+        "from it (what is there was kept)."
+    )
+    # shutil.move would have put it at a/second-archive's-staging-name
+    assert sorted(p.relative_to(merged).as_posix() for p in merged.rglob("*")) == [
+        "a", "a/b", "same"]
+    assert (merged / "same").read_bytes() == b"cache/same"
+    assert not list(tmp_path.glob(".kiln-unpack-*"))
+    # a file over a file is a merge: two shards that stored the same entry
+    extract(_archive_of(tmp_path / "third.tar.gz", "cache/same", "cache/z"), merged)
+    assert (merged / "z").is_file()
+
+
+def test_a_directory_is_never_made_where_an_earlier_archive_left_a_file(tmp_path: Path) -> None:
+    merged = tmp_path / "merged"
+    extract(_archive_of(tmp_path / "first.tar.gz", "cache/a"), merged)
+    second = _archive_of(tmp_path / "second.tar.gz", "cache/b", "cache/a/b/c")
+    with pytest.raises(GateError) as caught:
+        extract(second, merged)
+    assert caught.value.message.startswith(
+        f"{second}, member 'cache/a/b/c': an earlier archive left a file at {merged / 'a'}, "
+        "where this one needs a directory; the archive was rejected"
+    )
+    assert sorted(p.name for p in merged.iterdir()) == ["a"] and (merged / "a").is_file()
+
+
+def test_a_source_bundle_with_a_name_both_file_and_directory_is_refused(tmp_path: Path) -> None:
+    layout = Layout(("recipe.toml",), ("source",), "Bundles are written by kiln.")
+    bundle = write_members(
+        tmp_path / "bundle.tar.gz", [file_member("source/a/b", b"y"), file_member("source/a", b"x")]
+    )
+    destination = tmp_path / "tree"
+    with pytest.raises(GateError) as caught:
+        extract_tree(bundle, destination, layout)
+    assert caught.value.message.startswith(
+        f"{bundle}, member 'source/a' is a file, and a directory of that name is in this archive"
+    )
+    bundle = write_members(
+        tmp_path / "bundle.tar.gz",
+        [file_member("source/a", b"x"), file_member("source/a/b", b"y")],
+    )
+    with pytest.raises(GateError, match="'source/a/b' is under 'source/a', which is a file"):
+        extract_tree(bundle, destination, layout)
+    assert not destination.exists() and not list(tmp_path.glob(".kiln-unpack-*"))
+    good = write_members(tmp_path / "good.tar.gz", [special_member("source/a", tarfile.DIRTYPE),
+                                                     file_member("source/a/b", b"y")])
+    assert extract_tree(good, destination, layout) == 1  # files written
+    assert (destination / "source" / "a" / "b").read_bytes() == b"y"
+
+
+def _raw_archive(path: Path, *blocks: bytes) -> Path:
+    """A gzip'd tar of raw 512-byte blocks, for headers tarfile would not write."""
+    blob = b"".join(block + bytes(-len(block) % 512) for block in blocks)
+    path.write_bytes(gzip.compress(blob + bytes(1024)))
+    return path
+
+
+def _header(name: str, kind: bytes, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(format=tarfile.USTAR_FORMAT)
+
+
+def _manifest_blocks() -> list[bytes]:
+    blob = json.dumps(valid_manifest()).encode()
+    return [_header("manifest.json", tarfile.REGTYPE, len(blob)), blob]
+
+
+@pytest.mark.parametrize(
+    ("blocks", "problem"),
+    [
+        # tarfile would read 1.5 GiB into memory before returning the member
+        ([_header("PaxHeader/x", tarfile.XHDTYPE, 3 * 512 * 1024**2)],
+         "at its first member: a pax extended header of 1.5 GiB, more than the 1 MiB a "
+         "header may be"),
+        ([*_manifest_blocks(), _header("././@LongLink", tarfile.GNUTYPE_LONGNAME, 2 * 1024**2)],
+         "after member 'manifest.json': a GNU long name header of 2 MiB, more than the 1 MiB "
+         "a header may be"),
+        ([_header("PaxHeader/g", tarfile.XGLTYPE, 1024**2 + 1)],
+         "at its first member: a pax global header of 1.0 MiB, more than the 1 MiB a header "
+         "may be"),
+        # tarfile reads a chain by recursion: 2,000 of them were a RecursionError
+        ([_header("PaxHeader/x", tarfile.XHDTYPE, 0)] * 9,
+         "at its first member: more than 8 extended headers in a row"),
+        ([_header("cache/s", tarfile.GNUTYPE_SPARSE, 0)], "at its first member: a GNU sparse member"),
+        # a record length of 5,000 digits: int() raises a bare ValueError inside tarfile
+        ([*_manifest_blocks(), _header("PaxHeader/x", tarfile.XHDTYPE, 5008),
+          b"1" * 5000 + b" path=x\n", _header("cache/x", tarfile.REGTYPE, 0)],
+         "after member 'manifest.json': a header that cannot be read (Exceeds the limit "
+         "(4300 digits) for integer string conversion: value has 5000 digits)"),
+    ],
+    ids=["pax", "gnu-long-name", "pax-global", "chain", "sparse", "digits"],
+)
+def test_a_header_tarfile_would_read_whole_is_refused_first(
+    tmp_path: Path, blocks: list[bytes], problem: str
+) -> None:
+    archive = _raw_archive(tmp_path / "bomb.tar.gz", *blocks)
+    with pytest.raises(GateError) as caught:
+        unpack(archive, tmp_path / "merged")
+    assert caught.value.message == (
+        f"{archive}, {problem}; the archive was rejected and nothing was extracted from it."
+    )
+    assert not (tmp_path / "merged").exists()
+
+
+def test_a_pax_sparse_member_is_refused(tmp_path: Path, packed: Path) -> None:
+    sparse_10, data = file_member("cache/s", b"1\n0\n1\n")
+    sparse_10.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0",
+                             "GNU.sparse.name": "cache/s", "GNU.sparse.realsize": "1"}
+    archive = _with(tmp_path, packed, (sparse_10, data))
+    with pytest.raises(GateError, match=r"after member 'extra/wrapper.jsonl': a pax header of "
+                       r"a sparse member \(GNU sparse 1.0\); the archive was rejected"):
+        inspect_archive(archive)
+    sparse_01, data = file_member("cache/s", b"x")
+    sparse_01.pax_headers = {"GNU.sparse.map": "0,1", "GNU.sparse.size": "1"}
+    archive = _with(tmp_path, packed, (sparse_01, data))
+    with pytest.raises(GateError, match=r"member 'cache/s' is a sparse file; the archive was "
+                       "rejected"):
+        inspect_archive(archive)
+
+
+def test_running_out_of_memory_is_a_refusal(
+    tmp_path: Path, packed: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def exhausted(*_: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(tarfile.TarInfo, "_proc_builtin", exhausted)
+    with pytest.raises(GateError) as caught:
+        inspect_archive(packed)
+    assert caught.value.message == (
+        f"{packed}, at its first member: reading it ran out of memory; the archive was "
+        "rejected and nothing was extracted from it."
+    )
 
 
 @pytest.mark.parametrize(

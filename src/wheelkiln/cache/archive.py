@@ -18,6 +18,14 @@ archive is hostile until checked:
 - The unpacked size and the member count are capped (:class:`ArchiveLimits`): from the
   headers before any byte is written, and again while streaming, in chunks, so neither a
   header that lies nor an archive that changes between the passes gets past the cap.
+- What tarfile itself reads into memory is capped too (:class:`_GuardedInfo`): an
+  extended header (pax, GNU long name) is read whole before the member it describes is
+  returned, so its size is checked first.
+- Names are what the file system can hold (a component of at most 255 bytes, a path of
+  at most 4096), and no name is both a file and a directory, within an archive or (when
+  merging into a cache that earlier archives filled) across archives: each would fail
+  half-way through the move into place, or, for a file landing on a directory, move
+  into it under an invented name.
 """
 
 from __future__ import annotations
@@ -70,6 +78,18 @@ MANIFEST_MAX_BYTES = 1024**2
 CHUNK = 1024**2
 TRAILER_MAX_BYTES = 1024**2
 """Zero padding allowed after the last member; tar pads to 10 KiB records."""
+HEADER_MAX_BYTES = 1024**2
+"""One extended header (a pax header, a GNU long name or link). tarfile reads each
+whole into memory before kiln sees the member: a 1.5 MB archive whose pax header said
+1.5 GB took 60 s and 4.6 GB of memory. Real ones hold a path and a few numbers."""
+EXTENDED_HEADERS_MAX = 8
+"""Extended headers in a row before one member. Writers put at most two there (GNU tar:
+a long name and a long link; pax: a global and a member's header); tarfile reads a chain
+of them by recursion, each frame holding its header's bytes."""
+NAME_MAX_BYTES = 255
+"""One path component (Linux's NAME_MAX): a longer one cannot be created."""
+PATH_MAX_BYTES = 4096
+"""A member's whole name (Linux's PATH_MAX)."""
 _LAYOUT_ROOT = str(Path(tempfile.gettempdir()) / "kiln-layout-check")
 """Where passes that write nothing check destinations: any root shows the layout."""
 
@@ -246,6 +266,10 @@ def name_refusal(name: str) -> str | None:
         return "a path with a '..' component"
     if "." in parts:
         return "a path with a '.' component"
+    if len(os.fsencode(name)) > PATH_MAX_BYTES:
+        return f"a path longer than {PATH_MAX_BYTES} bytes"
+    if any(len(os.fsencode(part)) > NAME_MAX_BYTES for part in parts):
+        return f"a path with a component longer than {NAME_MAX_BYTES} bytes"
     return None
 
 
@@ -261,6 +285,8 @@ def _refusal(member: tarfile.TarInfo, root: str, layout: Layout) -> str | None:
         return "a device"
     if member.isfifo():
         return "a fifo"
+    if member.sparse is not None:  # a pax sparse map: its bytes are not its file
+        return "a sparse file"
     if not (member.isfile() or member.isdir()):
         return f"a special file (tar type {member.type!r})"
     if not layout.allows(member):
@@ -274,6 +300,64 @@ def _refusal(member: tarfile.TarInfo, root: str, layout: Layout) -> str | None:
     return None
 
 
+class _HeaderRefused(tarfile.TarError):
+    """An extended header kiln does not read (too large, one too many, sparse). Not a
+    tarfile.HeaderError: tarfile would take that for the end of the archive."""
+
+
+_EXTENDED = {
+    tarfile.GNUTYPE_LONGNAME: "GNU long name header",
+    tarfile.GNUTYPE_LONGLINK: "GNU long link header",
+    tarfile.XHDTYPE: "pax extended header",
+    tarfile.XGLTYPE: "pax global header",
+    tarfile.SOLARIS_XHDTYPE: "Solaris extended header",
+}
+
+
+class _GuardedInfo(tarfile.TarInfo):
+    """A TarInfo whose extended headers are checked before tarfile reads them.
+
+    ``_proc_member`` is the hook tarfile's own comments offer subclasses; it runs once
+    per header, before the header's data is read. Sparse members are refused outright:
+    a shard never writes one, and tarfile reads a GNU sparse map (old-style extension
+    blocks, or a pax 1.0 map in the member's data) whole, however long it says it is."""
+
+    def _proc_member(self, tar: tarfile.TarFile) -> tarfile.TarInfo:
+        assert isinstance(tar, _GuardedTar)
+        kind = _EXTENDED.get(self.type)
+        if kind is None:
+            tar.extended_in_a_row = 0
+            if self.type == tarfile.GNUTYPE_SPARSE:
+                raise _HeaderRefused("a GNU sparse member")
+        else:
+            tar.extended_in_a_row += 1
+            if not 0 <= self.size <= HEADER_MAX_BYTES:
+                raise _HeaderRefused(
+                    f"a {kind} of {format_size(self.size)}, more than the "
+                    f"{format_size(HEADER_MAX_BYTES)} a header may be"
+                )
+            if tar.extended_in_a_row > EXTENDED_HEADERS_MAX:
+                raise _HeaderRefused(
+                    f"more than {EXTENDED_HEADERS_MAX} extended headers in a row"
+                )
+        # tarfile declares no types for its _proc_* methods.
+        member: tarfile.TarInfo = super()._proc_member(tar)  # type: ignore[misc]
+        return member
+
+    def _proc_gnusparse_10(self, *_: object) -> None:
+        raise _HeaderRefused("a pax header of a sparse member (GNU sparse 1.0)")
+
+
+class _GuardedTar(tarfile.TarFile):
+    """A TarFile that reads its headers as :class:`_GuardedInfo`."""
+
+    tarinfo = _GuardedInfo
+    members: list[tarfile.TarInfo]
+    """Every member read so far (tarfile's, undeclared in its stubs)."""
+    extended_in_a_row = 0
+    """Extended headers read since the last member's own header."""
+
+
 class _Cursor:
     """The member being read, so an error in the compressed stream can name it."""
 
@@ -285,11 +369,17 @@ class _Cursor:
             return f"{archive}, at its first member"
         return member_label(archive, self.member)
 
+    def next_header(self, archive: Path) -> str:
+        """Where a header that is refused before it makes a member is."""
+        if self.member is None:
+            return f"{archive}, at its first member"
+        return f"{archive}, after member {self.member!r}"
+
 
 @contextmanager
 def _reading(
     archive: Path, hint: str = REFUSED_HINT
-) -> Iterator[tuple[tarfile.TarFile, _Cursor]]:
+) -> Iterator[tuple[_GuardedTar, _Cursor]]:
     """Open ``archive`` as a gzip'd tar stream; any read error becomes a named GateError."""
     cursor = _Cursor()
     try:
@@ -304,9 +394,21 @@ def _reading(
         with (
             archive.open("rb") as raw,
             gzip.GzipFile(fileobj=raw, mode="rb") as unzipped,
-            tarfile.open(fileobj=unzipped, mode="r|") as tar,
+            _GuardedTar.open(fileobj=unzipped, mode="r|") as tar,
         ):
             yield tar, cursor
+    except _HeaderRefused as exc:
+        raise GateError(
+            f"{cursor.next_header(archive)}: {exc}; the archive was rejected and nothing was "
+            "extracted from it.",
+            hint=hint,
+        ) from None
+    except MemoryError:
+        raise GateError(
+            f"{cursor.where(archive)}: reading it ran out of memory; the archive was "
+            "rejected and nothing was extracted from it.",
+            hint=hint,
+        ) from None
     except (tarfile.TarError, EOFError, zlib.error, OSError) as exc:
         if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
             raise GateError(
@@ -325,7 +427,7 @@ def _reading(
 
 def _checked(
     archive: Path,
-    tar: tarfile.TarFile,
+    tar: _GuardedTar,
     cursor: _Cursor,
     limits: ArchiveLimits,
     root: str,
@@ -335,7 +437,9 @@ def _checked(
     before it is yielded."""
     total = 0
     seen: set[str] = set()
-    for count, member in enumerate(tar, 1):
+    files: set[str] = set()
+    directories: set[str] = set()  # named by a member, or a parent of one
+    for count, member in enumerate(_members(archive, tar, cursor, layout.hint), 1):
         cursor.member = member.name
         where = member_label(archive, member.name)
         if count > limits.max_members:
@@ -347,6 +451,8 @@ def _checked(
         problem = _refusal(member, root, layout)
         if problem is None and member.name in seen:
             problem = "a second member of the same name"
+        if problem is None:
+            problem = _kind_clash(member, files, directories)
         if problem is not None:
             raise GateError(
                 f"{where} is {problem}; the archive was rejected and nothing was extracted "
@@ -369,6 +475,51 @@ def _checked(
                 )
         yield member
     _check_trailer(archive, tar, cursor, layout.hint)
+
+
+def _members(
+    archive: Path, tar: _GuardedTar, cursor: _Cursor, hint: str
+) -> Iterator[tarfile.TarInfo]:
+    """The archive's members, one header at a time.
+
+    tarfile keeps every member it has read (``tar.members``), which in a stream nothing
+    reads again: dropped, so memory does not grow with the member count. What tarfile
+    raises beyond its own errors while it parses a header (a ValueError for a number of
+    more than 4300 digits in a pax header or a sparse map, a RecursionError) names the
+    archive too."""
+    while True:
+        try:
+            member = tar.next()
+        except (ValueError, RecursionError) as exc:
+            problem = str(exc).split(";")[0][:120] or type(exc).__name__
+            raise GateError(
+                f"{cursor.next_header(archive)}: a header that cannot be read ({problem}); "
+                "the archive was rejected and nothing was extracted from it.",
+                hint=hint,
+            ) from None
+        if member is None:
+            return
+        tar.members.clear()
+        yield member
+
+
+def _kind_clash(member: tarfile.TarInfo, files: set[str], directories: set[str]) -> str | None:
+    """Why *member* cannot be written beside the members before it (under one of their
+    files, or a file where they need a directory), or None; records it in *files* and
+    *directories*. (A directory member named as a file is a second member of that name.)"""
+    parts = member.name.split("/")
+    parents = ["/".join(parts[:end]) for end in range(1, len(parts))]
+    under = next((parent for parent in parents if parent in files), None)
+    if under is not None:
+        return f"under {under!r}, which is a file in this archive"
+    if member.isdir():
+        directories.add(member.name)
+    elif member.name in directories:
+        return "a file, and a directory of that name is in this archive"
+    else:
+        files.add(member.name)
+    directories.update(parents)
+    return None
 
 
 def _check_trailer(archive: Path, tar: tarfile.TarFile, cursor: _Cursor, hint: str) -> None:
@@ -408,6 +559,8 @@ def _read_manifest_member(archive: Path, tar: tarfile.TarFile, member: tarfile.T
         problem = f"not UTF-8 (byte {blob[exc.start]:#04x} at offset {exc.start})"
     except json.JSONDecodeError as exc:
         problem = f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    except ValueError:  # the only other one json raises: int()'s limit of 4300 digits
+        problem = "not JSON kiln reads (a number too long to convert)"
     except RecursionError:
         problem = "JSON nested too deeply"
     raise GateError(f"{where}: {problem}.", hint=REFUSED_HINT)
@@ -472,7 +625,7 @@ def extract(
     cache_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".kiln-unpack-", dir=cache_dir.parent))
     written: list[str] = []
-    staged: list[tuple[Path, Path]] = []  # (the staged file, where it goes)
+    staged: list[tuple[Path, Path, Path]] = []  # (the staged file, its tree, where it goes)
     try:
         total = 0
         with _reading(archive) as (tar, cursor):
@@ -482,9 +635,9 @@ def extract(
                 # The layout allows files only under these two trees, besides the manifest.
                 tree, _, relative = member.name.partition("/")
                 if tree == EXTRA_PREFIX and extras_dir is not None:
-                    place = extras_dir / relative
+                    root = extras_dir
                 elif tree == CACHE_PREFIX and not is_counters(member.name):
-                    place = cache_dir / relative
+                    root = cache_dir
                 else:
                     continue  # extras not asked for; an older shard's counters: checked only
                 source = tar.extractfile(member)
@@ -499,11 +652,12 @@ def extract(
                         limits.max_unpacked_size - total,
                         member_label(archive, member.name),
                     )
-                staged.append((target, place))
+                staged.append((target, root, root / relative))
                 written.append(member.name)
+        _check_places(archive, staged, written)
         with _writing(archive, staging):
             made: set[Path] = set()
-            for target, place in staged:
+            for target, _, place in staged:
                 if place.parent not in made:
                     place.parent.mkdir(parents=True, exist_ok=True)
                     made.add(place.parent)
@@ -511,6 +665,46 @@ def extract(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return written
+
+
+def _check_places(
+    archive: Path, staged: list[tuple[Path, Path, Path]], names: list[str]
+) -> None:
+    """Refuse the archive when a file of it would land where an earlier archive left a
+    directory, or under a name an earlier archive left as a file, before anything moves.
+
+    The archive itself is consistent (:func:`_kind_clash`), so only what is on disk can
+    clash. A file over a file is a merge (two shards that stored the same entry); moved
+    onto a directory, a file would land inside it under its staging name, and under a
+    file its directory could not be made half-way through the moves."""
+    directories: set[Path] = set()  # seen to be directories, or absent
+    for (_, root, place), name in zip(staged, names, strict=True):
+        clash: tuple[Path, str, str] | None = None  # (where, what is there, what is needed)
+        for parent in reversed(place.relative_to(root).parents[:-1]):
+            directory = root / parent
+            if directory not in directories and _exists_as(directory) not in ("", "a directory"):
+                clash = (directory, _exists_as(directory), "a directory")
+                break
+            directories.add(directory)
+        if clash is None and _exists_as(place) == "a directory":
+            clash = (place, "a directory", "a file")
+        if clash is not None:
+            where, there, needed = clash
+            raise GateError(
+                f"{member_label(archive, name)}: an earlier archive left {there} at {where}, "
+                f"where this one needs {needed}; the archive was rejected and nothing was "
+                "extracted from it (what is there was kept).",
+                hint=REFUSED_HINT,
+            )
+
+
+def _exists_as(path: Path) -> str:
+    """What *path* is, not following a link: '' (nothing), 'a directory' or 'a file'."""
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return ""
+    return "a directory" if stat.S_ISDIR(mode) else "a file"
 
 
 def unpack(
