@@ -5,6 +5,7 @@ and named; the link job refuses a handoff it cannot read from its own storage.""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -86,11 +87,71 @@ def test_a_handoff_larger_than_allowed_is_not_read(tmp_path: Path) -> None:
     assert caught.value.message.endswith("more than a shard handoff may be (1000 B); it was not read.")
 
 
+def test_only_a_regular_file_is_read_as_a_handoff(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.handoff.json"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer for ever
+    zero = tmp_path / "zero.handoff.json"
+    zero.symlink_to("/dev/zero")  # its size says 0; reading it would never end
+    directory = tmp_path / "dir.handoff.json"
+    directory.mkdir()
+    for path in (fifo, zero, directory):
+        with pytest.raises(GateError) as caught:
+            read_handoff(path)
+        assert caught.value.message == (
+            f"{path}: not a regular file, so not a shard handoff; nothing was read."
+        )
+    with pytest.raises(GateError, match=r"gone.handoff.json: cannot open it \(No such file"):
+        read_handoff(tmp_path / "gone.handoff.json")
+
+
+@pytest.mark.parametrize(
+    ("blob", "problem"),
+    [
+        (b"[" * 100_000, "JSON nested too deeply"),
+        (b'{"manifest": ' + b"1" * 5000 + b"}", "not JSON kiln reads (a number too long to convert)"),
+        (b'{"manifest": "\xff"}', "not UTF-8 (byte 0xff at offset 14)"),
+        (b'{"manifest": ', "not JSON (Expecting value at line 1, column 14)"),
+    ],
+)
+def test_a_handoff_file_that_is_not_json_is_named(tmp_path: Path, blob: bytes, problem: str) -> None:
+    path = tmp_path / "x.handoff.json"
+    path.write_bytes(blob)
+    with pytest.raises(GateError) as caught:
+        read_handoff(path)
+    assert caught.value.message == f"{path}: {problem}."
+
+
+def test_a_log_that_is_not_text_is_refused() -> None:
+    # json reads the escape as a lone surrogate, which UTF-8 cannot encode
+    data = json.loads('{"manifest": {}, "wrapper_log": "ok\\ud800"}')
+    assert refused(data) == (
+        f"{WHERE}: wrapper_log is not text (a lone surrogate, '\\ud800', at character 2)."
+    )
+
+
+def test_keys_and_values_from_a_handoff_are_printed_escaped() -> None:
+    many = {f"k{i}": 0 for i in range(8)}
+    assert refused(many).endswith("not ['k0', 'k1', 'k2', 'k3', 'k4', and 3 more].")
+    label = "1/2\n::error title=pwned::x\x1b[2J"
+    message = refused(handoff(toolchain={"compilers": {}, "cache": {}, "arch_list": [],
+                                         "build_env": {}, label: 1}))
+    assert message == (
+        f"{WHERE}: manifest is not a shard manifest: toolchain.1/2\\n::error title=pwned::"
+        "x\\x1b[2J: Extra inputs are not permitted."
+    )
+    read = check_handoff(handoff(label=label, remote={"storage": label, "namespace": None}), WHERE)
+    refusal = remote_refusal(read, "shard 1/2", None, None)
+    assert refusal is not None and "\n" not in refusal and "\x1b" not in refusal
+    assert refusal.startswith(
+        "shard 1/2 stored its entries on remote storage ('1/2\\n::error title=pwned::x\\x1b[2J')"
+    )
+
+
 def test_the_link_job_names_a_handoff_it_cannot_read_from_its_storage() -> None:
     read = check_handoff(handoff(), WHERE)
     assert remote_refusal(read, "shard 1/2", "redis://cache:6379", "kiln-run1") is None
     assert remote_refusal(read, "shard 1/2", None, "kiln-run1") == (
-        "shard 1/2 stored its entries on remote storage (redis://cache:6379), and this link "
+        "shard 1/2 stored its entries on remote storage ('redis://cache:6379'), and this link "
         f"job has none; not merged ({WHERE})"
     )
     assert remote_refusal(read, "shard 1/2", "redis://cache:6379", "other") == (

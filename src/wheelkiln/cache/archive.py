@@ -212,6 +212,15 @@ class ArchiveContents:
     unpacked_size: int
 
 
+def printable(text: str) -> str:
+    """*text* with each character that is not printable (a newline, a terminal escape, a
+    lone surrogate) written as its Python escape: for messages that quote another job's
+    file, where a newline followed by ``::error::`` would be a GitHub Actions command."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
 def member_label(archive: Path, name: str) -> str:
     """How an error names a member: ``ARCHIVE, member 'NAME'``."""
     return f"{archive}, member {name!r}"
@@ -594,7 +603,7 @@ def inspect_archive(archive: Path, limits: ArchiveLimits | None = None) -> Archi
         manifest = validate_manifest(data)
     except ManifestError as exc:
         raise GateError(
-            f"{member_label(archive, MANIFEST)} is not a shard manifest: {exc}.",
+            f"{member_label(archive, MANIFEST)} is not a shard manifest: {printable(str(exc))}.",
             hint=REFUSED_HINT,
         ) from None
     return ArchiveContents(archive, manifest, members, size)

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from wheelkiln.cache.archive import format_size
+from wheelkiln.cache.archive import format_size, printable
 from wheelkiln.cache.manifest import ManifestError, ShardManifest, validate_manifest
 from wheelkiln.errors import GateError
 from wheelkiln.shard.wrapper_log import WrapperRecord, parse_wrapper_log
@@ -74,19 +76,49 @@ def write_handoff(path: Path, manifest: Mapping[str, Any], wrapper_log: Path) ->
 
 
 def read_handoff(path: Path, max_bytes: int = DEFAULT_MAX_HANDOFF_BYTES) -> RemoteHandoff:
-    """The handoff file at *path*, checked; a GateError names what is wrong."""
-    size = path.stat().st_size
-    if size > max_bytes:
+    """The handoff file at *path*, checked; a GateError names what is wrong.
+
+    Only a regular file is read, and no more than *max_bytes* of it: opened without
+    blocking and checked on the open descriptor, so a fifo named ``*.handoff.json``
+    cannot hang the link job, nor a link to ``/dev/zero`` (whose size says 0) fill its
+    memory."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
         raise GateError(
-            f"{path} is {format_size(size)}, more than a shard handoff may be "
-            f"({format_size(max_bytes)}); it was not read.",
+            f"{path}: cannot open it ({exc.strerror}).",
+            hint="Check that the shard job's handoff file was downloaded completely and is "
+            "readable.",
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise GateError(
+            f"{path}: not a regular file, so not a shard handoff; nothing was read.",
+            hint=_HINT,
+        )
+    with os.fdopen(fd, "rb") as handle:
+        # to one byte past the cap: a file that grew after fstat is caught too
+        blob = handle.read(max_bytes + 1) if info.st_size <= max_bytes else b""
+    if max(info.st_size, len(blob)) > max_bytes:
+        raise GateError(
+            f"{path} is {format_size(max(info.st_size, len(blob)))}, more than a shard "
+            f"handoff may be ({format_size(max_bytes)}); it was not read.",
             hint=_HINT,
         )
     try:
-        data = json.loads(path.read_bytes())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise GateError(f"{path} is not JSON ({exc}).", hint=_HINT) from None
-    return check_handoff(data, str(path), max_bytes)
+        data = json.loads(blob.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        problem = f"not UTF-8 (byte {blob[exc.start]:#04x} at offset {exc.start})"
+    except json.JSONDecodeError as exc:
+        problem = f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    except ValueError:  # the only other one json raises: int()'s limit of 4300 digits
+        problem = "not JSON kiln reads (a number too long to convert)"
+    except RecursionError:
+        problem = "JSON nested too deeply"
+    else:
+        return check_handoff(data, str(path), max_bytes)
+    raise GateError(f"{path}: {problem}.", hint=_HINT)
 
 
 def check_handoff(
@@ -94,10 +126,14 @@ def check_handoff(
 ) -> RemoteHandoff:
     """*data* (a parsed handoff file, or a shard task's result) checked as a handoff."""
     if not isinstance(data, dict) or set(data) != {MANIFEST_KEY, WRAPPER_LOG_KEY}:
-        keys = sorted(map(str, data)) if isinstance(data, dict) else type(data).__name__
+        if isinstance(data, dict):
+            keys = sorted(map(str, data))
+            found = str(keys[:5])[:-1] + (f", and {len(keys) - 5} more]" if len(keys) > 5 else "]")
+        else:
+            found = type(data).__name__
         raise GateError(
             f"{where} is not a shard handoff: it must hold exactly the keys "
-            f"{MANIFEST_KEY!r} and {WRAPPER_LOG_KEY!r}, not {keys}.",
+            f"{MANIFEST_KEY!r} and {WRAPPER_LOG_KEY!r}, not {found}.",
             hint=_HINT,
         )
     log = data[WRAPPER_LOG_KEY]
@@ -105,7 +141,15 @@ def check_handoff(
         raise GateError(
             f"{where}: {WRAPPER_LOG_KEY} is {type(log).__name__}, not the log's text.", hint=_HINT
         )
-    blob = log.encode("utf-8", errors="surrogateescape")
+    try:
+        blob = log.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        # json reads "\\ud800" as a lone surrogate, which no text kiln wrote holds
+        raise GateError(
+            f"{where}: {WRAPPER_LOG_KEY} is not text (a lone surrogate, {log[exc.start]!r}, "
+            f"at character {exc.start}).",
+            hint=_HINT,
+        ) from None
     if len(blob) > max_bytes:
         raise GateError(
             f"{where}: {WRAPPER_LOG_KEY} is {format_size(len(blob))}, more than a shard "
@@ -115,7 +159,9 @@ def check_handoff(
     try:
         manifest = validate_manifest(data[MANIFEST_KEY])
     except ManifestError as exc:
-        raise GateError(f"{where}: {MANIFEST_KEY} is not a shard manifest: {exc}.", hint=_HINT) from None
+        raise GateError(
+            f"{where}: {MANIFEST_KEY} is not a shard manifest: {printable(str(exc))}.", hint=_HINT
+        ) from None
     if manifest.remote is None:
         raise GateError(
             f"{where}: {MANIFEST_KEY}.remote is missing: a handoff without an archive must "
