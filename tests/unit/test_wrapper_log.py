@@ -73,6 +73,13 @@ def test_wrapper_log_tolerates_a_torn_last_line(
          "line 2 is not a wrapper record (surprise: Extra inputs are not permitted"),
         (b'{"tu": "\xff", "action": "stub"}', "line 2 is not UTF-8 (byte 0xff at offset 8)"),
         (b"[" * 100_000, "line 2 is JSON nested too deeply"),
+        # int() refuses more than 4300 digits with a bare ValueError
+        (b'{"action": "compile", "exit": ' + b"1" * 5000 + b"}",
+         "line 2 is not JSON kiln reads (a number too long to convert)."),
+        # an unknown key is named, escaped: it came from another job
+        (b'{"action": "stub", "\\n::error title=x::y\\u001b[2J": 1}',
+         "line 2 is not a wrapper record ('\\n::error title=x::y\\x1b[2J': Extra inputs are not "
+         "permitted"),
     ],
 )
 def test_any_other_bad_line_is_named(line: bytes, problem: str) -> None:

@@ -77,13 +77,18 @@ def _problem(line: bytes) -> tuple[WrapperRecord | None, str]:
         return None, f"not UTF-8 (byte {line[exc.start]:#04x} at offset {exc.start})"
     except json.JSONDecodeError as exc:
         return None, f"not JSON ({exc.msg} at column {exc.colno})"
+    except ValueError:  # the only other one json raises: int()'s limit of 4300 digits
+        return None, "not JSON kiln reads (a number too long to convert)"
     except RecursionError:
         return None, "JSON nested too deeply"
     try:
         return _RECORD.validate_python(data), ""
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        # an unknown key is named as written: shown escaped, as it came from another job
+        where = ".".join(
+            str(part) if str(part).isprintable() else repr(part) for part in first["loc"]
+        ) or "the record"
         return None, f"not a wrapper record ({where}: {first['msg']})"
 
 
