@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from wheelkiln.errors import RecipeError
 from wheelkiln.paths import resolve_workdir
 
 if TYPE_CHECKING:
@@ -96,7 +97,14 @@ def resolve_build_settings(
     The environment speaks through ``$KILN_HOME`` (the default work directory) and, for
     ``jobs``, the variables :func:`wheelkiln.builder.job_env.resolve_jobs` reads.
     """
+    # here, not at the top: cache.remote loads the console (rich), which the rest of
+    # this module does not need
+    from wheelkiln.cache.remote import check_remote
+
     recipe_cache = loaded.recipe.cache
+    check_remote(remote, "--remote")
+    if not remote:
+        check_remote(recipe_cache.remote, f"{loaded.path}: key 'cache.remote'", RecipeError)
     if source_date_epoch is None:
         source_date_epoch = DEFAULT_SOURCE_DATE_EPOCH
     return BuildOptions(

@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.cache.remote import Endpoint, endpoint, plan_remote, probe, shown
+from wheelkiln.cache.remote import (
+    Endpoint,
+    check_remote,
+    endpoint,
+    plan_remote,
+    probe,
+    shown,
+    url_problem,
+)
 from wheelkiln.cache.sccache import s3_environment
 from wheelkiln.errors import UsageError
 
@@ -46,6 +54,23 @@ def test_endpoint(url: str, expected: Endpoint | None) -> None:
 )
 def test_shown_never_prints_a_password(url: str, expected: str) -> None:
     assert shown(url) == expected
+
+
+def test_a_url_the_parser_refuses_is_named_never_a_traceback() -> None:
+    assert url_problem("redis://[oops:6379") == "Invalid IPv6 URL"
+    assert url_problem("redis://[::1]:6379|connect-timeout=50") is None
+    assert url_problem("redis://host:notaport") is None  # ccache names a bad port
+    assert endpoint("redis://[oops:6379") is None
+    # where the password ends cannot be told: everything before the host is hidden
+    assert shown("redis://u:se@cret@[oops:6379|password=x") == "redis://***@[oops:6379|password=***"
+    assert shown("redis://[oops:6379") == "redis://[oops:6379"
+    with pytest.raises(UsageError) as caught:
+        check_remote("file:/ok http://:pw@[::1", "--remote")
+    assert caught.value.message == (
+        "--remote: 'http://***@[::1' is not a storage URL (Invalid IPv6 URL)."
+    )
+    check_remote("redis://[::1]:6379 file:/mnt/cache", "--remote")
+    check_remote(None, "--remote")
 
 
 def test_probe_tells_refused_from_answered_and_missing_directories(tmp_path: Path) -> None:

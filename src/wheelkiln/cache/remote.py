@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from wheelkiln import ui
+from wheelkiln.errors import KilnError, UsageError
 
 PROBE_TIMEOUT = 2.0
 """Seconds a probe waits for a connection: one slow answer costs this once per build,
@@ -57,14 +58,47 @@ def _url_part(url: str) -> str:
     return url.split("|", 1)[0]
 
 
+def url_problem(url: str) -> str | None:
+    """Why *url* is not a storage URL kiln can read (``Invalid IPv6 URL`` for
+    ``redis://[oops:6379``), or None. Only what the URL parser refuses: a port that is
+    no number is left to ccache or sccache to name."""
+    try:
+        urlsplit(_url_part(url))
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def check_remote(
+    setting: str | None, source: str, error: type[KilnError] = UsageError
+) -> None:
+    """Refuse a remote setting with a URL kiln cannot read, naming *source* (the option,
+    or the recipe file and key), before the build, which would stop on it half-way."""
+    for url in split_remote(setting or ""):
+        problem = url_problem(url)
+        if problem is not None:
+            raise error(
+                f"{source}: {shown(url)!r} is not a storage URL ({problem}).",
+                hint="Give a URL as ccache's remote_storage takes it, e.g. redis://HOST:PORT "
+                "(an IPv6 address in brackets: redis://[::1]:6379) or file:/mnt/cache.",
+            )
+
+
 def shown(url: str) -> str:
     """*url* as printed: a password in it (``redis://:secret@host``) becomes ``***``."""
     base, bar, attributes = url.partition("|")
-    parts = urlsplit(base)
-    if parts.password is not None:
-        user = parts.username or ""
-        host = parts.netloc.rpartition("@")[2]
-        base = parts._replace(netloc=f"{user}:***@{host}").geturl()
+    try:
+        parts = urlsplit(base)
+    except ValueError:  # the parser cannot tell user from password: both are hidden
+        scheme, separator, rest = base.partition("://")
+        _, at, host = rest.rpartition("@")
+        if at:
+            base = f"{scheme}{separator}***@{host}"
+    else:
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.netloc.rpartition("@")[2]
+            base = parts._replace(netloc=f"{user}:***@{host}").geturl()
     kept = [
         a if not a.split("=", 1)[0].lower().endswith(("password", "token", "secret")) else
         f"{a.split('=', 1)[0]}=***"
@@ -88,7 +122,10 @@ def endpoint(url: str) -> Endpoint | None:
     """Where *url*'s server listens; None where kiln cannot tell (``s3://BUCKET`` on
     AWS, a scheme served by a storage helper kiln does not know), so it is not probed."""
     base = _url_part(url)
-    parts = urlsplit(base)
+    try:
+        parts = urlsplit(base)
+    except ValueError:
+        return None  # refused before any build (check_remote); the backend would name it
     scheme = parts.scheme.lower()
     if scheme == "file":
         # file:DIR, file:/abs/dir and file:///abs/dir all name a directory
