@@ -274,7 +274,7 @@ def test_a_write_error_is_ours_not_the_archive(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("wheelkiln.cache.archive.shutil.move", full)
-    with pytest.raises(BuildError, match="Could not unpack .*No space left on device"):
+    with pytest.raises(BuildError, match=r"Could not unpack .*No space left on device"):
         unpack(packed, tmp_path / "merged")
 
 

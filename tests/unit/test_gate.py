@@ -518,9 +518,9 @@ def _manifest(**changes: Any) -> ShardManifest:
          "shard 2/3 belongs to cell 'demo-cuda-py3.12-cu13.0-linux-x86_64', not "
          f"'{LINK_CELL}'; not merged ({WHERE})"),
         (_manifest(index=2, label="shard 3/3"),
-         f"shard 2/3 is shard shard 3/3 by its manifest, not by its name; not merged ({WHERE})"),
+         f"shard 2/3 is shard 3/3 by its manifest, not by its name; not merged ({WHERE})"),
         (_manifest(count=4, label="shard 2/4"),
-         f"shard 2/3 is shard shard 2/4 by its manifest, not by its name; not merged ({WHERE})"),
+         f"shard 2/3 is shard 2/4 by its manifest, not by its name; not merged ({WHERE})"),
         (_manifest(toolchain={**OWN_TOOLCHAIN, "arch_list": ["8.0"]}),
          "shard 2/3 was built with a different toolchain (arch_list: shard has ['8.0'], link "
          f"job has ['8.0', '9.0']); not merged ({WHERE})"),
@@ -534,6 +534,19 @@ def _manifest(**changes: Any) -> ShardManifest:
 )
 def test_shard_refusal(manifest: ShardManifest, refusal: str | None) -> None:
     assert shard_refusal(manifest, LINK_CELL, 1, 3, OWN_TOOLCHAIN, WHERE) == refusal
+
+
+def test_a_shard_refusal_never_prints_another_jobs_text_raw() -> None:
+    hostile = "x\n::error title=pwned::y\x1b[2J"
+    manifest = _manifest(index=2, label=hostile, cell=hostile,
+                         toolchain={**OWN_TOOLCHAIN, "compilers": {"gcc": hostile}})
+    for index in (1, 2):
+        refusal = shard_refusal(manifest, LINK_CELL if index == 2 else hostile, index, 3,
+                                OWN_TOOLCHAIN, WHERE)
+        assert refusal is not None and refusal.isprintable(), refusal
+    assert shard_refusal(manifest, hostile, 1, 3, OWN_TOOLCHAIN, WHERE) == (
+        f"shard 2/3 is shard 3/3 by its manifest, not by its name; not merged ({WHERE})"
+    )
 
 
 MISSING = "shard 2/3 is missing: no x-shard-1-of-3.tar.gz in shards"

@@ -4,16 +4,20 @@ environment installs, and which `kiln build` options a sharded build refuses."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
+from tests.archives import file_member, valid_manifest, write_members
 from wheelkiln.builder.wheel_checks import PLACEHOLDER_MARK, check_contents, requires_dist
-from wheelkiln.errors import BuildError
+from wheelkiln.errors import BuildError, RecipeError, UsageError
 from wheelkiln.executors.base import process_status
 from wheelkiln.recipe.model import Verify
 from wheelkiln.run import exit_description, signal_name
@@ -247,3 +251,122 @@ def test_a_deferred_link_placeholder_fails_though_it_is_a_shared_object(tmp_path
         "pkg/_b.cpython-311-x86_64-linux-gnu.so is a shard job's placeholder (an empty shared "
         "object standing in for a link the shard left to the link job)."
     )
+
+
+# --------------------------------------------------------------------------- shard inputs
+
+
+def _demo_cell() -> tuple[Any, Any]:
+    from wheelkiln.matrix.cells import select_cell
+    from wheelkiln.recipe.load import find_recipe
+
+    loaded = find_recipe(str(ROOT / "recipes" / "demo-cpp.toml"))
+    return loaded, select_cell(loaded.recipe, None)
+
+
+def _shard_input(folder: Path, cell_id: str, index: int, count: int, *cache: str) -> Path:
+    manifest = {**valid_manifest(cell_id, index, count), "toolchain": TOOLCHAIN}
+    return write_members(
+        folder / f"{cell_id}-shard-{index}-of-{count}.tar.gz",
+        [file_member("manifest.json", json.dumps(manifest).encode()),
+         *(file_member(name, name.encode()) for name in cache)],
+    )
+
+
+TOOLCHAIN = {"compilers": {"gcc": "12"}, "cache": {"ccache": "4"}, "arch_list": [], "build_env": {}}
+
+
+def test_n_from_a_file_name_is_capped_as_count_is(tmp_path: Path) -> None:
+    from wheelkiln.shard.link import _shard_archives
+
+    _, cell = _demo_cell()
+    folder = tmp_path / "archives"
+    huge = _shard_input(folder, cell.id, 0, 1)
+    huge = huge.rename(folder / f"{cell.id}-shard-0-of-1000000000000.tar.gz")
+    with pytest.raises(UsageError) as caught:  # range(N) would fill the memory
+        _shard_archives(folder, cell, None)
+    assert caught.value.message == f"{huge}: names more than 256 shards, the most kiln builds."
+    huge.rename(folder / f"{cell.id}-shard-0-of-256.tar.gz")
+    assert _shard_archives(folder, cell, None)[0] == 256
+
+
+def test_a_shard_input_under_a_path_with_a_control_character_is_refused(tmp_path: Path) -> None:
+    from wheelkiln.shard.link import _shard_archives
+
+    _, cell = _demo_cell()
+    folder = tmp_path / "archives" / "x\n::error title=pwned::y\x1b[2J"
+    _shard_input(folder, cell.id, 0, 1)
+    with pytest.raises(UsageError) as caught:
+        _shard_archives(tmp_path / "archives", cell, None)
+    assert caught.value.message == (
+        f"{tmp_path}/archives/x\\n::error title=pwned::y\\x1b[2J/{cell.id}-shard-0-of-1.tar.gz: a "
+        "shard input whose path holds a control character (a newline, a terminal escape); "
+        "nothing was read."
+    )
+
+
+def test_a_shard_whose_files_clash_with_an_earlier_shards_is_not_merged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused before anything of it moves; the link job goes on with the other shards."""
+    from wheelkiln.settings import resolve_build_settings
+    from wheelkiln.shard import link
+
+    loaded, cell = _demo_cell()
+    folder = tmp_path / "archives"
+    _shard_input(folder, cell.id, 0, 3, "cache/a/b")
+    _shard_input(folder, cell.id, 1, 3, "cache/c", "cache/a")
+    _shard_input(folder, cell.id, 2, 3, "cache/d")
+
+    class Stop(Exception):
+        pass
+
+    seen: dict[str, Any] = {}
+
+    def build_cell(loaded: object, cell: object, options: Any, toolchain: object) -> Any:
+        seen["cache_dir"] = options.cache_dir
+        seen["cache"] = sorted(p.relative_to(options.cache_dir).as_posix()
+                               for p in options.cache_dir.rglob("*"))
+        return SimpleNamespace(exit_code=1, stats=None)
+
+    def failure(outcome: object, problems: list[str]) -> Exception:
+        seen["problems"] = problems
+        raise Stop
+
+    monkeypatch.setattr(link, "job_toolchain", lambda *_: SimpleNamespace(versions={}))
+    monkeypatch.setattr(link, "toolchain_fingerprint", lambda *_: TOOLCHAIN)
+    monkeypatch.setattr(link, "build_cell", build_cell)
+    monkeypatch.setattr(link, "link_build_failure", failure)
+    options = resolve_build_settings(loaded, workdir=tmp_path / "work")
+    with pytest.raises(Stop):
+        link.run_link(loaded, cell, folder, tmp_path / "out", options)
+    assert seen["cache"] == ["a", "a/b", "d"]
+    assert seen["problems"] == [
+        f"shard 2/3 was not merged: {folder / f'{cell.id}-shard-1-of-3.tar.gz'}, member "
+        f"'cache/a': an earlier archive left a directory at {seen['cache_dir'] / 'a'}, where "
+        "this one needs a file; the archive was rejected and nothing was extracted from it "
+        "(what is there was kept)"
+    ]
+
+
+def test_a_remote_url_kiln_cannot_read_is_refused_naming_where_it_was_given(tmp_path: Path) -> None:
+    from wheelkiln.recipe.load import find_recipe
+    from wheelkiln.settings import resolve_build_settings
+
+    loaded, _ = _demo_cell()
+    with pytest.raises(UsageError) as caught:
+        resolve_build_settings(loaded, remote="file:/x redis://:pw@[oops:6379", workdir=tmp_path)
+    assert caught.value.message == (
+        "--remote: 'redis://***@[oops:6379' is not a storage URL (Invalid IPv6 URL)."
+    )
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('name = "pkg"\n[source]\npath = "."\n[matrix]\npython = ["3.11"]\n'
+                      '[cache]\nremote = "http://[::1"\n')
+    bad = find_recipe(str(recipe))
+    with pytest.raises(RecipeError) as refused:
+        resolve_build_settings(bad, workdir=tmp_path)
+    assert refused.value.message == (
+        f"{recipe}: key 'cache.remote': 'http://[::1' is not a storage URL (Invalid IPv6 URL)."
+    )
+    assert resolve_build_settings(bad, remote="redis://[::1]:6379", workdir=tmp_path).remote == (
+        "redis://[::1]:6379")

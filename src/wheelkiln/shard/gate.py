@@ -387,10 +387,9 @@ def shard_refusal(
     if manifest.cell != cell_id:
         return f"{label} belongs to cell {manifest.cell!r}, not {cell_id!r}; not merged ({where})"
     if (manifest.index, manifest.count) != (index, count):
-        return (
-            f"{label} is shard {manifest.label} by its manifest, not by its name; not "
-            f"merged ({where})"
-        )
+        # by its numbers, not its label: the label is free text from another job
+        theirs_label = shard_label(manifest.index, manifest.count)
+        return f"{label} is {theirs_label} by its manifest, not by its name; not merged ({where})"
     theirs = manifest.toolchain.model_dump()
     differing = sorted(k for k in own_toolchain if theirs.get(k) != own_toolchain[k])
     if differing:
@@ -478,7 +477,7 @@ def read_compile_database(
 
     try:
         entries = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(entries, list):
         return None

@@ -40,6 +40,7 @@ from wheelkiln.cache.archive import (
     extract,
     inspect_archive,
     member_label,
+    printable,
 )
 from wheelkiln.cells import (
     HANDOFF_SUFFIX,
@@ -52,9 +53,10 @@ from wheelkiln.cells import (
     shard_label,
 )
 from wheelkiln.compiler_args import PROBE_MARKERS, parse_compiler_args
-from wheelkiln.errors import BuildError, UsageError
+from wheelkiln.errors import BuildError, GateError, UsageError
 from wheelkiln.paths import resolve_workdir
 from wheelkiln.recipe.load import LoadedRecipe
+from wheelkiln.recipe.model import MAX_SHARDS
 from wheelkiln.settings import BuildOptions, link_job
 from wheelkiln.shard import explain
 from wheelkiln.shard.diagnostics import find_diagnostics
@@ -90,6 +92,23 @@ def _shard_archives(
         parsed = parse_shard_archive(path.name) or parse_shard_handoff(path.name)
         if parsed is not None and parsed[0] == cell.id:
             found.append((parsed[1], parsed[2], path))
+    # Another job named these folders and files (a downloaded artifact's), and every
+    # message names them: a newline there would start a line of the link job's log.
+    unprintable = [path for _, _, path in found if not str(path).isprintable()]
+    if unprintable:
+        raise UsageError(
+            f"{printable(str(unprintable[0]))}: a shard input whose path holds a control "
+            "character (a newline, a terminal escape); nothing was read.",
+            hint="Rename or remove it; kiln names shard inputs with printable names only.",
+        )
+    # N sizes the link job's loop over shards: a name saying 10**12 would never end.
+    too_many = [path for _, count, path in found if count > MAX_SHARDS]
+    if too_many:
+        raise UsageError(
+            f"{too_many[0]}: names more than {MAX_SHARDS} shards, the most kiln builds.",
+            hint=f"Shard archives are named {SHARD_ARCHIVE_FORM} with 1 <= N <= {MAX_SHARDS}; "
+            "remove the file, or re-run the shard job that should have written it.",
+        )
     counts = sorted({count for _, count, _ in found})
     names = "; ".join(f"{path} ({index + 1}/{count})" for index, count, path in found)
     if expected_count is not None and counts and counts != [expected_count]:
@@ -134,7 +153,7 @@ def remote_refusal(
     assert store is not None  # read_handoff refuses a handoff without it
     if remote is None:
         return (
-            f"{label} stored its entries on remote storage ({store.storage}), and this link "
+            f"{label} stored its entries on remote storage ({store.storage!r}), and this link "
             f"job has none; not merged ({handoff.where})"
         )
     if store.namespace != namespace:
@@ -173,7 +192,9 @@ def _as_hashed(arg: str) -> str:
 
 
 def _difference(shard_argv: list[str], link_argv: list[str]) -> str:
-    shard_argv = _as_logged(shard_argv)
+    """How a shard's command line differs from the link job's, as printed: the shard's
+    came from its wrapper log, so control characters in it are shown escaped."""
+    shard_argv = [printable(arg) for arg in _as_logged(shard_argv)]
     shard_hashed = {_as_hashed(a) for a in shard_argv}
     link_hashed = {_as_hashed(a) for a in link_argv}
     only_shard = [a for a in shard_argv[1:] if _as_hashed(a) not in link_hashed]
@@ -257,7 +278,13 @@ def run_link(
         if refusal is not None:
             problems.append(refusal)
             continue
-        extract(archive, cache_dir, extras / str(index), limits)
+        try:
+            extract(archive, cache_dir, extras / str(index), limits)
+        except GateError as exc:
+            # Refused before anything of it moved (a file where an earlier shard's archive
+            # left a directory): the other shards' entries still count.
+            problems.append(f"{label} was not merged: {exc.message.removesuffix('.')}")
+            continue
         shard_logs[index] = _shard_log(archive, extras / str(index))
         merged.append(index)
     # ccache's log only for a second pass over missed TUs (wheelkiln.shard.explain).
