@@ -256,3 +256,25 @@ def test_link_records_that_say_no_usable_time_are_passed_over(tmp_path: Path) ->
     (tmp_path / "d.link.json").write_text("[" * 100_000)
     (tmp_path / "e.link.json").write_text('{"wall_seconds": 1' + "0" * 5000 + "}")
     assert read_history([tmp_path]).link_seconds == [12.5]
+
+
+def test_a_family_pattern_that_backtracks_without_end_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from wheelkiln.errors import RecipeError
+    from wheelkiln.plan import census
+    from wheelkiln.recipe.model import Family
+
+    monkeypatch.setattr(census, "FAMILY_SEARCH_SECONDS", 0.2)
+    sane, nested = Family(name="sm90", pattern="sm90"), Family(name="slow", pattern="(a+)+b")
+    key = "src/" + "a" * 40 + ".cu"
+    assert census.family_of("kernels/sm90/k.cu", [sane, nested]) == "sm90"
+    with pytest.raises(RecipeError) as refused:
+        census.family_of(key, [sane, nested])
+    assert refused.value.message == (
+        f"[[families]] 'slow': its pattern '(a+)+b' took more than 0.2 s to search the TU "
+        f"path {key!r}; a pattern with a nested repeat (such as (a+)+) backtracks without end."
+    )
+    import signal
+
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0), "no timer left running"

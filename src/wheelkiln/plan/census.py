@@ -22,11 +22,14 @@ import json
 import math
 import os
 import re
+import signal
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from wheelkiln.cells import Cell
+from wheelkiln.errors import RecipeError
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.recipe.model import Family
 
@@ -102,12 +105,53 @@ class Census:
         }
 
 
+FAMILY_SEARCH_SECONDS = 2.0
+"""The longest one family's pattern may take on one TU path. A path is at most a few
+hundred characters, so a sane pattern takes microseconds; a nested repeat such as
+``(a+)+b`` backtracks exponentially with the path's length and would hang ``kiln plan``
+(Python's ``re`` has no timeout, but its matcher checks for signals)."""
+
+
+class _TooSlow(Exception):
+    pass
+
+
 def family_of(key: str, families: Sequence[Family]) -> str | None:
     """The first family whose pattern is found in the key (recipe order)."""
     for family in families:
-        if re.search(family.pattern, key):
+        if _found(family, key):
             return family.name
     return None
+
+
+def _found(family: Family, key: str) -> bool:
+    """``re.search`` of the family's pattern in *key*, within
+    :data:`FAMILY_SEARCH_SECONDS` where this process can time it: the main thread, no
+    other timer running."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    ):
+        return re.search(family.pattern, key) is not None
+
+    def late(_signal: int, _frame: object) -> None:
+        raise _TooSlow
+
+    previous = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, FAMILY_SEARCH_SECONDS)
+    try:
+        return re.search(family.pattern, key) is not None
+    except _TooSlow:
+        raise RecipeError(
+            f"[[families]] {family.name!r}: its pattern {family.pattern!r} took more than "
+            f"{FAMILY_SEARCH_SECONDS:g} s to search the TU path {key!r}; a pattern with a "
+            "nested repeat (such as (a+)+) backtracks without end.",
+            hint="Write the pattern without a repeat inside a repeat: it is searched in "
+            "every TU path of the package.",
+        ) from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def language_of(key: str) -> str:
