@@ -155,9 +155,15 @@ def wall_of(record: Mapping[str, Any]) -> float | None:
 
 
 def usable_wall(wall: float) -> bool:
-    """A wall time a median and a ratio can use: finite and above zero. The reader of
-    the store leaves other records out (with a warning naming the line)."""
+    """A wall time a ratio can divide by: finite and above zero."""
     return math.isfinite(wall) and wall > 0
+
+
+def recordable_wall(wall: float) -> bool:
+    """A wall time a median can use: finite and not below zero (a step shorter than the
+    record's millisecond is 0.0). The reader of the store leaves other records out, with
+    a warning naming the line."""
+    return math.isfinite(wall) and wall >= 0
 
 
 def _median(values: Sequence[float]) -> float | None:

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from wheelkiln.bench.stats import usable_wall, wall_of
+from wheelkiln.bench.stats import recordable_wall, wall_of
 from wheelkiln.errors import KilnError, UsageError
 from wheelkiln.paths import state_home
 
@@ -353,16 +353,16 @@ def _without_bad_walls(
     with paused_gc():  # allocation here would otherwise make the GC walk every record
         for index, (record, number) in enumerate(zip(records, numbers, strict=True)):
             wall = record.get("step_wall_seconds")
-            if type(wall) is float and 0.0 < wall < math.inf:
+            if type(wall) is float and 0.0 <= wall < math.inf:
                 continue  # what kiln bench writes: decided without a call
             wall = wall_of(record)
-            if wall is not None and not usable_wall(wall):
+            if wall is not None and not recordable_wall(wall):
                 bad.append((index, number, wall))
     if not bad:
         return records, warnings
     for _, number, wall in bad[:MAX_WARNINGS]:
-        warnings.append(f"{path}: line {number}: wall time {wall} s is not a positive "
-                        "finite number, skipped")
+        warnings.append(f"{path}: line {number}: wall time {wall} s is not a finite "
+                        "number of seconds at or above 0, skipped")
     if len(bad) > MAX_WARNINGS:
         warnings.append(f"{path}: {len(bad) - MAX_WARNINGS} more record(s) with such a wall "
                         "time skipped")
