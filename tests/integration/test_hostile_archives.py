@@ -192,10 +192,12 @@ CORPUS: dict[str, Hostile] = {
         problem="is a fifo",
     ),
     # point 2: decompression limits, from the headers and while streaming
-    "sparse member past the default size cap": Hostile(
+    # tarfile reads a sparse member's map whole, however long its header says it is:
+    # refused as such, before its size (here 30 GiB, past the 20 GiB cap) is weighed.
+    "sparse member claiming 30 GiB": Hostile(
         _plus(_sparse("cache/zz/sparse", 30 * 1024**3)),
         _member("cache/zz/sparse"),
-        problem="its header says 30 GiB, which takes the archive past the limit of 20 GiB",
+        problem="is a sparse file",
     ),
     "zeros past a lowered size cap": Hostile(
         _plus(file_member("cache/zz/zeros", bytes(4 * MiB))),
@@ -250,7 +252,6 @@ SHARD_PLAN_CASES = [
     "manifest not UTF-8", "manifest missing", "wrapper log with a non-JSON line", "cache//abs",
     "header claims less than follows it",
 ]
-SIZE_CAP_CASES = ["sparse member past the default size cap", "zeros past a lowered size cap"]
 
 
 @dataclass
