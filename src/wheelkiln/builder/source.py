@@ -22,24 +22,17 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from wheelkiln import holds, run
-from wheelkiln.cache.archive import (
-    CHUNK,
-    MAX_MEMBERS_ENV,
-    MAX_UNPACKED_SIZE_ENV,
-    ArchiveLimits,
-    copy_capped,
-    format_size,
-    member_label,
-    name_refusal,
-)
 from wheelkiln.digest import sha256_file
 from wheelkiln.errors import GateError, RecipeError, SourceError
 from wheelkiln.globs import glob_matches, glob_segments
 from wheelkiln.recipe.load import LoadedRecipe, path_kind, resolve_inside
 from wheelkiln.recipe.model import BUILD_OUTPUTS, PYPI_SPEC
+
+if TYPE_CHECKING:  # the sdist checks load it when they run: a build fetches no sdist
+    from wheelkiln.cache.archive import ArchiveLimits
 
 MARKER = ".kiln-source"
 """Written into a fetched tree once it is whole."""
@@ -207,6 +200,8 @@ def _extract(
     one, and every link of the result is resolved again on disk before the tree is moved
     into place. The staging directory never outlives the call.
     """
+    from wheelkiln.cache.archive import ArchiveLimits
+
     limits = limits or ArchiveLimits.resolve()
     sdist = _Sdist(archive, origin)
     staging = into.with_name(into.name + ".staging")
@@ -254,6 +249,8 @@ def _member_path(name: str) -> str:
 
 
 def _counted(count: int, limits: ArchiveLimits, sdist: _Sdist) -> None:
+    from wheelkiln.cache.archive import MAX_MEMBERS_ENV
+
     if count > limits.max_members:
         raise sdist.too_large(
             f"has more than {limits.max_members:,} members, the limit on an sdist's members",
@@ -317,6 +314,8 @@ def _zip_members(zipped: zipfile.ZipFile, limits: ArchiveLimits, sdist: _Sdist) 
 def _checked_tree(members: Sequence[_Member], limits: ArchiveLimits, sdist: _Sdist) -> str:
     """The top directory whose contents kiln keeps (empty: the whole archive), once every
     member is checked against the rules and the others; raises the first refusal."""
+    from wheelkiln.cache.archive import MAX_UNPACKED_SIZE_ENV, format_size, name_refusal
+
     by_path: dict[str, _Member] = {}
     total = 0
     for member in members:
@@ -420,6 +419,8 @@ def _write(
     """Write the checked *members* under *staging*: directories and files in the
     archive's order, each file streamed under what is left of the size cap; then hard
     links, then symbolic links, so no write passes through a link."""
+    from wheelkiln.cache.archive import CHUNK, copy_capped, member_label
+
     total = 0
     last = members[0]
     try:
