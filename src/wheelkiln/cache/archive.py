@@ -561,18 +561,25 @@ def _read_manifest_member(archive: Path, tar: tarfile.TarFile, member: tarfile.T
             hint=REFUSED_HINT,
         )
     handle = tar.extractfile(member)
-    blob = handle.read(MANIFEST_MAX_BYTES + 1) if handle is not None else b""
-    try:
-        return json.loads(blob.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        problem = f"not UTF-8 (byte {blob[exc.start]:#04x} at offset {exc.start})"
-    except json.JSONDecodeError as exc:
-        problem = f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-    except ValueError:  # the only other one json raises: int()'s limit of 4300 digits
-        problem = "not JSON kiln reads (a number too long to convert)"
-    except RecursionError:
-        problem = "JSON nested too deeply"
+    data, problem = json_document(handle.read(MANIFEST_MAX_BYTES + 1) if handle else b"")
+    if problem is None:
+        return data
     raise GateError(f"{where}: {problem}.", hint=REFUSED_HINT)
+
+
+def json_document(blob: bytes) -> tuple[Any, str | None]:
+    """The JSON document in *blob* (another job's file), and None; or None and why kiln
+    reads none there, as a message's last part."""
+    try:
+        return json.loads(blob.decode("utf-8")), None
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 (byte {blob[exc.start]:#04x} at offset {exc.start})"
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
+    except ValueError:  # the only other one json raises: int()'s limit of 4300 digits
+        return None, "not JSON kiln reads (a number too long to convert)"
+    except RecursionError:
+        return None, "JSON nested too deeply"
 
 
 # --------------------------------------------------------------------------- passes

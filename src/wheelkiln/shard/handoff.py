@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from wheelkiln.cache.archive import format_size, printable
+from wheelkiln.cache.archive import format_size, json_document, printable
 from wheelkiln.cache.manifest import ManifestError, ShardManifest, validate_manifest
 from wheelkiln.errors import GateError
 from wheelkiln.shard.wrapper_log import WrapperRecord, parse_wrapper_log
@@ -106,17 +106,8 @@ def read_handoff(path: Path, max_bytes: int = DEFAULT_MAX_HANDOFF_BYTES) -> Remo
             f"handoff may be ({format_size(max_bytes)}); it was not read.",
             hint=_HINT,
         )
-    try:
-        data = json.loads(blob.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        problem = f"not UTF-8 (byte {blob[exc.start]:#04x} at offset {exc.start})"
-    except json.JSONDecodeError as exc:
-        problem = f"not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})"
-    except ValueError:  # the only other one json raises: int()'s limit of 4300 digits
-        problem = "not JSON kiln reads (a number too long to convert)"
-    except RecursionError:
-        problem = "JSON nested too deeply"
-    else:
+    data, problem = json_document(blob)
+    if problem is None:
         return check_handoff(data, str(path), max_bytes)
     raise GateError(f"{path}: {problem}.", hint=_HINT)
 
