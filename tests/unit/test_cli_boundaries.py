@@ -730,3 +730,24 @@ def test_link_refuses_archives_in_a_directory_it_empties(
         f"{_cell_id(tiny)}"
     ), err
     assert kept.read_bytes() == b"an archive"
+
+
+@pytest.mark.parametrize(
+    "command", [["bench", "run", "{recipe}", "--scenario", "cold"], ["fleet", "run", "{recipe}"]]
+)
+def test_bench_and_fleet_refuse_a_workdir_in_the_source_before_any_work(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    tiny: Path, command: list[str],
+) -> None:
+    pkg = tiny.parent.parent / "pkg"
+    source_before = _tree(tiny.parent.parent)
+    argv = [word.format(recipe=tiny) for word in command]
+    code, _, err = run_main(monkeypatch, capsys, tmp_path, [*argv, "--workdir", f"{pkg}/work"])
+    assert code == 2, err
+    assert " ".join(err.split()).startswith(
+        f"error: the work directory {pkg}/work (--workdir) lies in the source tree {pkg} "
+        f"({tiny}: source.path): each job copies the source into the work directory, so the "
+        f"copy would copy itself without end. Choose a --workdir outside {pkg}."
+    ), err
+    assert _tree(tiny.parent.parent) == source_before, "the source was written to"
+    assert not (tmp_path / "home" / "envs").exists(), "work started"

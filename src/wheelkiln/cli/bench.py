@@ -21,6 +21,7 @@ from wheelkiln.cli.options import (
     cache_dir_option,
     cache_option,
     cell_option,
+    check_workdir_outside_sources,
     emit_json,
     jobs_option,
     json_option,
@@ -122,6 +123,7 @@ def bench_run(
     )
     loaded = find_recipe(target)
     chosen = select_cell(loaded.recipe, cell)
+    check_workdir_outside_sources(workdir, [loaded])
     result = run_bench(loaded, chosen, settings)
     if result.status == "busy":
         report_busy(f"Not benchmarking {chosen.id}", result.lock_path, result.holder,

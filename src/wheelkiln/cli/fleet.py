@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from wheelkiln import ui
-from wheelkiln.cli.options import CONTEXT, emit_json, report_busy
+from wheelkiln.cli.options import CONTEXT, check_workdir_outside_sources, emit_json, report_busy
 
 
 @click.group("fleet", context_settings=CONTEXT, no_args_is_help=True)
@@ -84,6 +84,7 @@ def fleet_run(
     check_output_dir(kiln_home(), "$KILN_HOME")
     if workdir is not None:
         check_output_dir(workdir, "--workdir")
+    check_workdir_outside_sources(workdir, {id(loaded): loaded for loaded, _ in selected}.values())
     settings = FleetSettings(runs_dir=runs, cache=cache_name, jobs=jobs, workdir=workdir,
                              interval=interval, keep_caches=keep_caches, shards=shards)
     result = run_fleet(selected, settings, executor)

@@ -12,7 +12,7 @@ import math
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -284,20 +284,41 @@ def check_cell_locations(
             )
     if source is None:
         return loaded
-    if _inside(workdir, source):
-        raise UsageError(
-            f"{where} {_is_or_lies_in(workdir, source)} the source tree {source} "
-            f"({loaded.path}: source.path): each job copies the source into the work "
-            "directory, so the copy would copy itself without end.",
-            hint=f"Choose a --workdir outside {source}"
-            + ("." if locations.workdir is not None else " (or set $KILN_HOME elsewhere)."),
-        )
+    _refuse_workdir_in_source(workdir, where, source, loaded, given=locations.workdir is not None)
     # The default cache directories lie in $KILN_HOME.
     inside = {"--out": out, "--cache-dir": cache_dir, "$KILN_HOME": kiln_home(),
               "$KILN_STATE_HOME": state_home()}  # fmt: skip
     return _kept_out_of_source(
         loaded, source, {what: path for what, path in inside.items() if path is not None}
     )
+
+
+def _refuse_workdir_in_source(
+    workdir: Path, where: str, source: Path, loaded: LoadedRecipe, *, given: bool
+) -> None:
+    if _inside(workdir, source):
+        raise UsageError(
+            f"{where} {_is_or_lies_in(workdir, source)} the source tree {source} "
+            f"({loaded.path}: source.path): each job copies the source into the work "
+            "directory, so the copy would copy itself without end.",
+            hint=f"Choose a --workdir outside {source}"
+            + ("." if given else " (or set $KILN_HOME elsewhere)."),
+        )
+
+
+def check_workdir_outside_sources(workdir: Path | None, recipes: Iterable[LoadedRecipe]) -> None:
+    """Refuse, before any work, a work directory (``--workdir``, else
+    ``$KILN_HOME/work``) that lies in the local source tree of one of *recipes*: the
+    check of :func:`check_cell_locations` for the commands that build many cells or
+    write no wheel (``kiln bench``, ``kiln fleet run``)."""
+    from wheelkiln.paths import resolve_workdir
+
+    root = resolve_workdir(workdir).resolve()
+    where = f"the work directory {root}" + (" (--workdir)" if workdir else " ($KILN_HOME/work)")
+    for loaded in recipes:
+        source = _local_source(loaded)
+        if source is not None:
+            _refuse_workdir_in_source(root, where, source, loaded, given=workdir is not None)
 
 
 def _refuse_in_kilns_own(
