@@ -751,3 +751,33 @@ def test_bench_and_fleet_refuse_a_workdir_in_the_source_before_any_work(
     ), err
     assert _tree(tiny.parent.parent) == source_before, "the source was written to"
     assert not (tmp_path / "home" / "envs").exists(), "work started"
+
+
+def test_a_quoted_tilde_in_a_file_option_means_home(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+) -> None:
+    """A quoted ``'~/...'`` reaches kiln unexpanded: every location option expands it."""
+    home = tmp_path / "user"
+    home.mkdir()
+    code, _, err = run_main(monkeypatch, capsys, tmp_path,
+                            ["bench", "report", "--store", "~/results.jsonl", "--out",
+                             "~/report.md"], {"HOME": str(home)})  # fmt: skip
+    assert code == 0, err
+    assert (home / "report.md").is_file() and not (tmp_path / "~").exists()
+    assert f"No bench records in {home / 'results.jsonl'}." in (home / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "wanted"),
+    [
+        (["bench", "report", "--out", ""], "a file name"),
+        (["fleet", "run", "--runs-dir", ""], "a directory (. for the current one)"),
+    ],
+)
+def test_an_empty_location_is_refused_saying_what_to_give(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    argv: list[str], wanted: str,
+) -> None:
+    code, _, err = run_main(monkeypatch, capsys, tmp_path, argv)
+    assert code == 2, err
+    assert f"an empty path names no location; give {wanted}." in " ".join(err.split()), err

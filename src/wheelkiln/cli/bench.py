@@ -18,6 +18,7 @@ from wheelkiln import ui
 from wheelkiln.bench.scenarios import SCENARIO_SETS
 from wheelkiln.cli.options import (
     CONTEXT,
+    LocationPath,
     cache_dir_option,
     cache_option,
     cell_option,
@@ -80,7 +81,7 @@ def bench_group() -> None:
               help="Run the chosen scenarios this many times (medians need n > 1).")
 @click.option("--shards", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Bench a local N-way sharded build (cold/frozen only).")
-@click.option("--store", "store_path", type=click.Path(path_type=Path),
+@click.option("--store", "store_path", type=LocationPath(file=True),
               help="Results store (default: $KILN_STATE_HOME/results.jsonl).")
 @click.option("--destructive", is_flag=True,
               help="Allow frozen: delete every build environment and pip's cache.")
@@ -176,9 +177,9 @@ def _run_table(cell_id: str, records: list[dict[str, Any]]) -> Table:
               help="Markdown tables for docs, JSON, or an HTML page plotting every run.")
 @click.option("--target", "targets", multiple=True,
               help="Only this target (package name or cell id); repeatable.")
-@click.option("--store", "store_path", type=click.Path(path_type=Path),
+@click.option("--store", "store_path", type=LocationPath(file=True),
               help="Results store (default: $KILN_STATE_HOME/results.jsonl).")
-@click.option("--out", "out_path", type=click.Path(path_type=Path),
+@click.option("--out", "out_path", type=LocationPath(file=True),
               help="Write the report to this file instead of stdout.")
 def bench_report(
     fmt: str, targets: tuple[str, ...], store_path: Path | None, out_path: Path | None
@@ -212,7 +213,7 @@ def bench_report(
 )
 @click.option("--branch", default="gh-pages", show_default=True, help="The docs branch.")
 @click.option("--push", is_flag=True, help="Push the docs branch to origin after committing.")
-@click.option("--store", "store_path", type=click.Path(path_type=Path),
+@click.option("--store", "store_path", type=LocationPath(file=True),
               help="Results store (default: $KILN_STATE_HOME/results.jsonl).")
 @click.option("--repo", type=click.Path(path_type=Path, file_okay=False),
               help="The repository (default: the one around the current directory).")

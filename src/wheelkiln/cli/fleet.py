@@ -10,7 +10,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from wheelkiln import ui
-from wheelkiln.cli.options import CONTEXT, check_workdir_outside_sources, emit_json, report_busy
+from wheelkiln.cli.options import (
+    CONTEXT,
+    LocationPath,
+    check_workdir_outside_sources,
+    emit_json,
+    report_busy,
+)
 
 
 @click.group("fleet", context_settings=CONTEXT, no_args_is_help=True)
@@ -35,7 +41,7 @@ def fleet_group() -> None:
               help="Where the builds run (local: this machine, every build at once; dask: "
               "the workers of --scheduler, one build per builder).")
 @click.option("--scheduler", help="dask: the scheduler, tcp://HOST:PORT ($KILN_SCHEDULER).")
-@click.option("--handoff", type=click.Path(path_type=Path, file_okay=False),
+@click.option("--handoff", type=LocationPath(file_okay=False),
               help="dask: a directory every worker sees at the same path ($KILN_HANDOFF).")
 @click.option("--parallel", type=click.IntRange(1),
               help="At most this many builds at once per executor (default: all of them).")
@@ -49,9 +55,9 @@ def fleet_group() -> None:
               "each shard and link job. Cache counters are not sampled then.")
 @click.option("--interval", type=click.FloatRange(0.1, 60), default=1.0, show_default=True,
               help="Seconds between samples of each builder.")
-@click.option("--runs-dir", type=click.Path(path_type=Path),
+@click.option("--runs-dir", type=LocationPath(),
               help="Where run folders go (default: $KILN_STATE_HOME/runs).")
-@click.option("--workdir", type=click.Path(path_type=Path), help="Where job trees are built.")
+@click.option("--workdir", type=LocationPath(), help="Where job trees are built.")
 @click.option("--keep-caches", is_flag=True,
               help="Keep each build's private compiler cache ($KILN_HOME/fleet-cache/STAMP).")
 @click.option("--json", "as_json", is_flag=True, help="Print the run's summary as JSON on stdout.")
@@ -118,7 +124,7 @@ def fleet_run(
 
 @fleet_group.command("publish", context_settings=CONTEXT)
 @click.option("--run", "stamp", help="The run's stamp (default: the newest run).")
-@click.option("--runs-dir", type=click.Path(path_type=Path),
+@click.option("--runs-dir", type=LocationPath(),
               help="Where run folders are (default: $KILN_STATE_HOME/runs).")
 @click.option("--branch", default="gh-pages", show_default=True, help="The docs branch.")
 @click.option("--push", is_flag=True, help="Push the docs branch to origin after committing.")

@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from wheelkiln import ui
-from wheelkiln.cli.options import CONTEXT
+from wheelkiln.cli.options import CONTEXT, LocationPath
 from wheelkiln.errors import KilnError
 from wheelkiln.matrix.filters import GITHUB_MATRIX_CAP, check_cap
 from wheelkiln.matrix.inputs import load_recipes, plan_matrix
@@ -61,7 +61,7 @@ def ci_group() -> None:
 
 @ci_group.command("github", context_settings=CONTEXT)
 @click.argument("recipes", nargs=-1, metavar="[RECIPES]...")
-@click.option("--out", "out_path", type=click.Path(path_type=Path, dir_okay=False),
+@click.option("--out", "out_path", type=LocationPath(file=True, dir_okay=False),
               default=Path(".github/workflows/kiln.yml"), show_default=True,
               help="Where to write the workflow.")
 @click.option("--requirement", metavar="SPEC",

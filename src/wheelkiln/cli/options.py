@@ -579,22 +579,19 @@ def cache_option(*, allow_none: bool = False, default: str = "the recipe's") -> 
 
 
 class LocationPath(click.Path):
-    """A directory kiln writes in, as a :class:`~pathlib.Path` with a leading ``~``
-    expanded: a quoted ``--out '~/wheels'`` reaches kiln unexpanded, and the check,
-    the job and its messages must all mean the same place. An empty value is refused:
-    ``Path("")`` is the current directory, which ``--out "$DIST"`` with DIST unset did
-    not mean."""
+    """A directory kiln writes in (or, *file*, a file it writes), as a
+    :class:`~pathlib.Path` with a leading ``~`` expanded: a quoted ``--out '~/wheels'``
+    reaches kiln unexpanded, and the check, the job and its messages must all mean the
+    same place. An empty value is refused: ``Path("")`` is the current directory, which
+    ``--out "$DIST"`` with DIST unset did not mean."""
 
-    def __init__(self) -> None:
-        super().__init__(path_type=Path)
+    def __init__(self, *, file: bool = False, **path_options: bool) -> None:
+        super().__init__(path_type=Path, **path_options)  # kiln's checks name the rest
+        self._wanted = "a file name" if file else "a directory (. for the current one)"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value:
-            self.fail(
-                "an empty path names no location; give a directory (. for the current one).",
-                param,
-                ctx,
-            )
+            self.fail(f"an empty path names no location; give {self._wanted}.", param, ctx)
         converted = super().convert(value, param, ctx)
         return converted.expanduser() if isinstance(converted, Path) else converted
 

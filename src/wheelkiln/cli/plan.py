@@ -14,7 +14,7 @@ import click
 from rich.markup import escape
 
 from wheelkiln import ui
-from wheelkiln.cli.options import CONTEXT
+from wheelkiln.cli.options import CONTEXT, LocationPath
 from wheelkiln.cli.options import emit_json as _emit_json
 from wheelkiln.errors import GateError
 
@@ -88,12 +88,12 @@ def lint_command(recipe_ref: str, as_json: bool) -> None:
     help="Parallel compiles in each job (default: as a build resolves it).",
 )
 @click.option(
-    "--workdir", type=click.Path(path_type=Path), default=None, help="Where the census pass builds."
+    "--workdir", type=LocationPath(), default=None, help="Where the census pass builds."
 )
 @click.option(
     "--out",
     "map_path",
-    type=click.Path(path_type=Path),
+    type=LocationPath(file=True),
     default=None,
     help="Write the census plan's partition map for the recommended N (or --map-count).",
 )
@@ -213,14 +213,14 @@ def _print_plan(name: str, plan: Any, lint: Any) -> None:
 @click.option(
     "--html",
     "html_path",
-    type=click.Path(path_type=Path),
+    type=LocationPath(file=True),
     default=None,
     help="Write a page with the timeline.",
 )
 @click.option(
     "--out",
     "trace_out",
-    type=click.Path(path_type=Path),
+    type=LocationPath(file=True),
     default=None,
     help="Write the merged Chrome trace (open it in Perfetto).",
 )

@@ -14,6 +14,7 @@ from rich.table import Table
 from wheelkiln import ui
 from wheelkiln.cli.options import (
     CONTEXT,
+    LocationPath,
     archive_limit_options,
     builder_lock,
     cell_option,
@@ -253,7 +254,7 @@ def link(
 @click.option(
     "--out",
     "out_path",
-    type=click.Path(path_type=Path),
+    type=LocationPath(file=True),
     required=True,
     help="The partition map to write (JSON); point sharding.partition_map at it.",
 )
