@@ -38,13 +38,17 @@ interpreter's exit closes without a warning, where a file object left open warns
 _held_guard = threading.Lock()
 
 
-def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o666) -> int:
+def open_regular(
+    path: Path | str, flags: int = os.O_RDONLY, mode: int = 0o666, *, follow_links: bool = False
+) -> int:
     """A descriptor of the regular file at *path*, opened with *flags* (``O_CREAT``
-    among them makes it). The open follows no symbolic link and never waits (a fifo
-    with no writer); anything but a regular file is refused with an OSError, as a
-    missing one is (FileNotFoundError)."""
+    among them makes it). The open follows no symbolic link (unless *follow_links*: a
+    link to a regular file is then that file) and never waits (a fifo with no writer);
+    anything but a regular file is refused with an OSError, as a missing one is
+    (FileNotFoundError)."""
+    no_follow = 0 if follow_links else os.O_NOFOLLOW
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+        fd = os.open(path, flags | no_follow | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise OSError(errno.ELOOP, "a symbolic link, not a regular file", str(path)) from None

@@ -26,7 +26,6 @@ from __future__ import annotations
 import ast
 import configparser
 import os
-import stat
 import tomllib
 from dataclasses import dataclass
 from email.parser import HeaderParser
@@ -36,6 +35,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from wheelkiln.errors import BuildError
+from wheelkiln.holds import open_regular
 
 
 @dataclass(frozen=True)
@@ -57,12 +57,7 @@ def small_file(path: Path) -> bytes | None:
     or a FIFO would never end, so the file is opened without waiting for a writer,
     checked once open, and read no further than the limit."""
     try:
-        if not path.is_file():
-            return None
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-        with open(descriptor, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-                return None
+        with os.fdopen(open_regular(path, follow_links=True), "rb") as handle:
             data = handle.read(MOST_BYTES + 1)
     except OSError:
         return None

@@ -930,13 +930,11 @@ def _regular_sha256(path: str) -> str | None:
     Opened without blocking (a fifo put in its place opens at once) and checked on the
     open descriptor, so what is read is what was checked."""
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        descriptor = holds.open_regular(path, follow_links=True)
     except OSError:
         return None
     try:
         status = os.fstat(descriptor)
-        if not stat.S_ISREG(status.st_mode):
-            return None
         digest = hashlib.sha256()
         left = status.st_size
         while left > 0 and (block := os.read(descriptor, min(left, 1 << 20))):
