@@ -96,6 +96,23 @@ def kiln(kiln_home: Path, tmp_path: Path) -> Kiln:
     return Kiln(kiln_home, tmp_path / "state")
 
 
+def kiln_in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str | Path]
+) -> tuple[int, str, str]:
+    """``kiln ARGV`` in this process, as the script runs it: (exit code, stdout, stderr).
+    Faster than :class:`Kiln` where a command ends before any build."""
+    from wheelkiln import cli
+
+    monkeypatch.setattr(sys, "argv", ["kiln", *map(str, argv)])
+    code: object = 0
+    try:
+        cli.main()
+    except SystemExit as exited:
+        code = 0 if exited.code is None else exited.code
+    captured = capsys.readouterr()
+    return code if isinstance(code, int) else 1, captured.out, captured.err
+
+
 @pytest.fixture(scope="session")
 def kernels_cold(tmp_path_factory: pytest.TempPathFactory, kiln_home: Path) -> dict[str, Any]:
     """demo-kernels built once per test run, unsharded and cold: the wheel every sharded

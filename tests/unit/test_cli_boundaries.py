@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln import cli
+from tests.conftest import kiln_in_process
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = str(ROOT / "recipes" / "demo-cpp.toml")
@@ -259,14 +259,7 @@ def run_main(
     monkeypatch.setenv("KILN_STATE_HOME", str(tmp_path / "state"))
     for name, value in (env or {}).items():
         monkeypatch.setenv(name, value)
-    monkeypatch.setattr(sys, "argv", ["kiln", *argv])
-    code: object = 0
-    try:
-        cli.main()
-    except SystemExit as exited:
-        code = exited.code
-    captured = capsys.readouterr()
-    return code if isinstance(code, int) else 1, captured.out, captured.err
+    return kiln_in_process(monkeypatch, capsys, [*argv])
 
 
 def no_work_started(tmp_path: Path) -> None:

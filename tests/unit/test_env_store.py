@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import kiln_in_process
 from tests.processes import within
-from wheelkiln import cli, holds
+from wheelkiln import holds
 from wheelkiln.builder import env_store
 
 DAY = 86400.0
@@ -247,14 +248,7 @@ def test_holding_where_nothing_can_be_written_goes_on_without_a_mark() -> None:
 def _kiln(argv: list[str], home: Path, capsys: pytest.CaptureFixture[str],
           monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:  # fmt: skip
     monkeypatch.setenv("KILN_HOME", str(home))
-    monkeypatch.setattr(sys, "argv", ["kiln", *argv])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return kiln_in_process(monkeypatch, capsys, [*argv])
 
 
 def test_kiln_envs_prune_and_list(

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import kiln_in_process
 from wheelkiln.bench import store
 from wheelkiln.cli.bench import bench_group
 from wheelkiln.cli.fleet import fleet_group
@@ -161,19 +162,9 @@ def kiln(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
          *argv: str | Path) -> tuple[int, str, str]:
     """``kiln ARGV`` in this process, as the script runs it: (exit code, stdout, stderr
     with its line breaks undone)."""
-    import sys
-
-    from wheelkiln import cli
-
-    monkeypatch.setattr(sys, "argv", ["kiln", *map(str, argv)])
-    code: object = 0
-    try:
-        cli.main()
-    except SystemExit as exited:
-        code = exited.code
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err and "internal error" not in captured.err, captured.err
-    return code if isinstance(code, int) else 1, captured.out, " ".join(captured.err.split())
+    code, out, err = kiln_in_process(monkeypatch, capsys, [*argv])
+    assert "Traceback" not in err and "internal error" not in err, err
+    return code, out, " ".join(err.split())
 
 
 def bench_store(tmp_path: Path) -> Path:

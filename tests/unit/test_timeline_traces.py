@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import kiln_in_process
 from tests.processes import within
-from wheelkiln import cli
 from wheelkiln.shard.trace import Span, build_trace
 
 EPOCH = 1_796_000_000.0
@@ -28,14 +27,7 @@ def good_trace(cell: str = "demo-cell", label: str = "build") -> dict[str, Any]:
 
 def kiln(argv: list[str], capsys: pytest.CaptureFixture[str],
          monkeypatch: pytest.MonkeyPatch) -> tuple[int, str, str]:  # fmt: skip
-    monkeypatch.setattr(sys, "argv", ["kiln", *argv])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exit_:
-        code = int(exit_.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
+    return kiln_in_process(monkeypatch, capsys, [*argv])
 
 
 def write(path: Path, text: str) -> Path:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import zipfile
 from pathlib import Path
@@ -13,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import kiln_in_process
 from tests.processes import within
-from wheelkiln import cli
 from wheelkiln.builder import wheel_cache
 from wheelkiln.builder.cmake_id import COMPILER_VARIABLES
 from wheelkiln.builder.compiler_answers import DRIVER_VARIABLES
@@ -406,13 +405,7 @@ def test_kiln_wheels_list_shows_a_damaged_entry_and_exits_0(
     good = _stored(tmp_path, cache, "a" * 64, used_days_ago=2)
     bad = _stored(tmp_path, cache, "b" * 64, used_days_ago=1)
     (bad / "record.json").write_text("[" * 100_000)
-    monkeypatch.setattr(sys, "argv", ["kiln", "wheels", "list", "--json"])
-    code = 0
-    try:
-        cli.main()
-    except SystemExit as exited:
-        code = int(exited.code or 0)
-    out, err = capsys.readouterr()
+    code, out, err = kiln_in_process(monkeypatch, capsys, ["wheels", "list", "--json"])
     assert code == 0
     # The damaged entry by its directory's time (now): no record says when it was used.
     listed = json.loads(out)
