@@ -8,6 +8,7 @@ import re
 import shutil
 import stat
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -316,16 +317,23 @@ def test_a_hot_cmake_build_is_seeded_with_the_kept_identification_and_checks(
     neither, and its record says from where.
 
     The shared cold build may have run in another xdist worker's KILN_HOME, so this test
-    makes its own two: the first keeps the identification (if no earlier test here did),
-    the second its checks, under a key read before its configure."""
+    makes its own two: the first keeps the identification, the second its checks, under
+    a key read before its configure. Its tree's CMakeLists.txt ends in a comment of its
+    own, so the identification's key is its own too: under xdist, another worker's
+    builds of the shared tree in this KILN_HOME (`kernels_cold["home"]`) keep theirs."""
     cache = tmp_path / "ccache"
     shutil.copytree(kernels_cold["cache"], cache)
+    tree = tmp_path / "demo-kernels"
+    shutil.copytree(kernels_cold["tree"], tree)
+    with (tree / "CMakeLists.txt").open("a") as lists:
+        lists.write(f"# {uuid.uuid4()}: a key of this test's own\n")
+    recipe = recipe_for(tree, "demo-kernels", tmp_path)
 
     def build(name: str) -> dict[str, Any]:
-        return kiln.json("build", kernels_cold["recipe"], "--out", tmp_path / f"out-{name}",
+        return kiln.json("build", recipe, "--out", tmp_path / f"out-{name}",
                          "--workdir", tmp_path / name, "--cache-dir", cache, "--no-wheel-cache")
 
-    build("first")
+    assert build("first")["cmake"]["identification"] is None
     assert build("second")["cmake"]["identification"] is not None
     hot = build("third")
     assert hot["cache"]["misses"] == 0 and hot["cache"]["hits"] == hot["cache"]["total"] > 0
