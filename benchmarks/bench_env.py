@@ -240,7 +240,7 @@ def measure(name: str, uv: str, root: Path, rounds: int = 1) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", dest="sets", action="append", choices=["cmake", "setuptools"],
                         help="a requirement set (default: both)")  # fmt: skip
     parser.add_argument("--torch", action="store_true",

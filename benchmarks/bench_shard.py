@@ -211,7 +211,7 @@ def total(values: list[float | None]) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("recipe", nargs="?", default="demo-kernels")
     parser.add_argument("--count", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=30, help="wrapper-cost rounds (0: skip)")

@@ -28,7 +28,7 @@ def wrapper_argv(src: Path) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--against", type=Path, help="another wheelkiln src tree to compare")
     parser.add_argument("--nvcc", action="store_true", help="time an nvcc TU instead of a gcc one")
     parser.add_argument("--rounds", type=int, default=40)
