@@ -395,6 +395,61 @@ def nvcc_depfile_args(argv: list[str]) -> list[str]:
     return [*argv, "-MD", "-MF", output + ".d"]
 
 
+_NVCC_PATH_OPTIONS = {
+    "-I": "-I",
+    "--include-path": "-I",
+    "-isystem": "-isystem",
+    "--system-include": "-isystem",
+    "-include": "-include",
+    "--pre-include": "-include",
+}
+"""nvcc's include options in every spelling, and the one ccache reads a path from."""
+
+NVCC_PATH_SPELLINGS = ("-isystem=", "-I=", "-include=", "--system-include", "--include-path",
+                       "--pre-include")  # fmt: skip
+"""What :func:`nvcc_path_args` rewrites is in an argument holding one of these: a
+command line without any is returned as it is (the launcher scripts skip it then)."""
+
+
+def nvcc_path_args(argv: list[str]) -> list[str]:
+    """nvcc's *argv* with each include option written as ``-I DIR``, ``-isystem DIR``
+    or ``-include FILE``: one option and one path, however nvcc was given them.
+
+    ccache makes an absolute path under its ``base_dir`` relative only where it knows
+    the option: ``-isystem DIR``, ``-isystemDIR``. nvcc also takes ``-isystem=DIR``
+    (what CMake writes for every system include directory of a CUDA TU, pybind11's and
+    torch's among them), the long names (``--system-include``) and comma lists
+    (``-I=A,B``). ccache hashes those as they are: a TU built in another directory (a
+    shard, the link job) missed. nvcc reads every one of these spellings as the same
+    options, so the compile is unchanged."""
+    out: list[str] = []
+    index, count = 0, len(argv)
+    while index < count:
+        arg = argv[index]
+        index += 1
+        if arg in _NVCC_SEPARATE and not (arg.startswith("--") and arg in _NVCC_PATH_OPTIONS):
+            # `-I DIR` ccache reads already; another option's value is never an option
+            # here (`-Xcompiler -isystem=DIR` is gcc's: its `=` means the sysroot).
+            out += argv[index - 1 : index + 1]
+            index += 1
+            continue
+        name, equals, value = arg.partition("=")
+        short = _NVCC_PATH_OPTIONS.get(name)
+        if short is None or not (equals or name.startswith("--")):
+            out.append(arg)  # `-IDIR` ccache reads already
+            continue
+        if not equals:  # a long name with its value next: `--system-include DIR`
+            if index == count:
+                out.append(arg)
+                continue
+            value = argv[index]
+            index += 1
+        for path in value.split(","):
+            if path:
+                out += [short, path]
+    return out
+
+
 def has_nvcc_temp_file(args: Sequence[str]) -> bool:
     """True when an argument names one of nvcc's ``tmpxft_*`` temp files."""
     return any("tmpxft_" in arg for arg in args)

@@ -11,9 +11,15 @@ from pathlib import Path
 
 import pytest
 
+from wheelkiln.builder.toolchain import Launch, toolchain_environment
 from wheelkiln.cache import launch
 from wheelkiln.cache.launch import compile_command
-from wheelkiln.compiler_args import nvcc_depfile_args, parse_compiler_args
+from wheelkiln.compiler_args import (
+    NVCC_PATH_SPELLINGS,
+    nvcc_depfile_args,
+    nvcc_path_args,
+    parse_compiler_args,
+)
 from wheelkiln.shard import wrapper
 from wheelkiln.shard.partition import shard_of, tu_key
 from wheelkiln.shard.wrapper import SeatConfig, decide, encode_record
@@ -190,6 +196,68 @@ def test_response_and_options_files(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 )
 def test_nvcc_depfile_args(args: list[str], added: list[str]) -> None:
     assert nvcc_depfile_args(list(args)) == [*args, *added]
+
+
+# CMake's CUDA line for a TU of a pybind11 module: its system include directories,
+# the build environment's among them, as CMake writes them for nvcc (`-isystem=DIR`)
+CMAKE_NINJA_CUDA_SYSTEM = shlex.split(
+    "/usr/local/cuda/bin/nvcc -forward-unknown-to-host-compiler -D_core_EXPORTS "
+    "-isystem=/usr/include/python3.11 -isystem=/w/.envs/3687/lib/python3.11/site-packages/"
+    "pybind11/include -isystem=/usr/local/cuda/include -O3 -DNDEBUG "
+    "--generate-code=arch=compute_80,code=[compute_80,sm_80] -Xcompiler=-fPIC "
+    "-MD -MT CMakeFiles/_core.dir/csrc/k.cu.o -MF CMakeFiles/_core.dir/csrc/k.cu.o.d "
+    "-x cu -c /w/src/csrc/k.cu -o CMakeFiles/_core.dir/csrc/k.cu.o"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "respelled"),
+    [
+        (["-isystem=/e/inc", "-c", "k.cu"], ["-isystem", "/e/inc", "-c", "k.cu"]),
+        (["--system-include", "/e/a,/e/b"], ["-isystem", "/e/a", "-isystem", "/e/b"]),
+        (["--system-include=/e/a"], ["-isystem", "/e/a"]),
+        (["-I=/e/a,/e/b"], ["-I", "/e/a", "-I", "/e/b"]),
+        (["--include-path", "/e/a"], ["-I", "/e/a"]),
+        (["--include-path=/e/a"], ["-I", "/e/a"]),
+        (["-include=/e/p.h"], ["-include", "/e/p.h"]),
+        (["--pre-include", "/e/p.h"], ["-include", "/e/p.h"]),
+        # what ccache reads already, and what is not nvcc's to respell, stay as they are
+        (["-I", "/e/a", "-I/e/b", "-isystem", "/e/c"], ["-I", "/e/a", "-I/e/b", "-isystem", "/e/c"]),
+        (["-Xcompiler", "-isystem=/e/c"], ["-Xcompiler", "-isystem=/e/c"]),  # gcc's: = is sysroot
+        (["-D", "X=-I=/e"], ["-D", "X=-I=/e"]),
+        (["-DX=-I=/e"], ["-DX=-I=/e"]),
+        (["-c", "k.cu", "--system-include"], ["-c", "k.cu", "--system-include"]),
+    ],
+)
+def test_nvcc_path_args_respells_include_options_the_way_ccache_reads_them(
+    args: list[str], respelled: list[str]
+) -> None:
+    assert nvcc_path_args(list(args)) == respelled
+
+
+@pytest.mark.parametrize("line", [CMAKE_NINJA_CUDA, TORCH_NINJA_NVCC, *NVCC_HOST_PASSES])
+def test_nvcc_path_args_changes_no_line_without_a_respelled_spelling(line: list[str]) -> None:
+    assert not any(spelling in arg for arg in line for spelling in NVCC_PATH_SPELLINGS)
+    assert nvcc_path_args(list(line)) == line
+
+
+@pytest.mark.parametrize("line", [CMAKE_NINJA_CUDA, CMAKE_NINJA_CUDA_SYSTEM])
+def test_cmake_nvcc_launcher_hands_the_cache_what_the_seat_wrapper_hands_it(
+    tmp_path: Path, line: list[str]
+) -> None:
+    """A CMake build's CUDA launcher script (link jobs, unsharded builds) and the seat
+    wrapper (shard jobs, :func:`compile_command`) give ccache the same command, so they
+    share entries: with `-isystem=DIR` respelled, without it as CMake wrote it."""
+    cache = _fake_tool(tmp_path / "ccache", 'printf "%s\\n" "$@"')
+    env = toolchain_environment(Launch(str(cache)), "cmake", tmp_path / "bin",
+                                scripts_dir=tmp_path / "scripts", environ={"PATH": "/usr/bin:/bin"})
+    script = env["CMAKE_CUDA_COMPILER_LAUNCHER"]
+    done = subprocess.run([script, *line], capture_output=True, text=True, check=True,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
+    handed = done.stdout.splitlines()
+    assert handed == compile_command(str(cache), line[0], line[1:], environ={})[1:]
+    assert ("-isystem" in handed) == (line is CMAKE_NINJA_CUDA_SYSTEM)
+    assert not any(arg.startswith("-isystem=") for arg in handed)
 
 
 def test_compile_command_and_environment() -> None:

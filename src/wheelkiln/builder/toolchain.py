@@ -376,6 +376,7 @@ def toolchain_environment(
     """
     from wheelkiln import per_tu
     from wheelkiln.cache import launch as cache_launch
+    from wheelkiln.compiler_args import NVCC_PATH_SPELLINGS
 
     bin_dir.mkdir(parents=True, exist_ok=True)
     # torch.utils.cpp_extension puts ccache or sccache (whichever is on PATH) in front of
@@ -417,15 +418,19 @@ def toolchain_environment(
                 # nvcc through kiln's launcher, as the seat wrapper runs it in shard
                 # jobs: it moves NVCC_APPEND_FLAGS & co. onto the command line, where the
                 # cache sees them, so link job and shards hash the same command.
-                # Without those variables set, the launcher would add nothing to CMake's
-                # command (which asks nvcc for a depfile itself): the cache runs directly,
-                # saving an interpreter start (~29 ms CPU) on every CUDA TU.
+                # Without those variables set, and without an include option the
+                # launcher respells (`-isystem=DIR`, which CMake writes for nvcc), the
+                # launcher would add nothing to CMake's command (which asks nvcc for a
+                # depfile itself): the cache runs directly, saving an interpreter start
+                # (~29 ms CPU) on every CUDA TU.
                 nvcc_front = bin_dir / "nvcc-launch"
                 flags = "".join(f"${{{name}-}}" for name in cache_launch.NVCC_ENV_FLAGS)
+                respelled = "|".join(f"*{spelling}*" for spelling in NVCC_PATH_SPELLINGS)
                 _write_script(
                     nvcc_front,
                     probe_bypass_line([])
-                    + f'case "{flags}" in "") {_exec_line([launch.cache])};; esac\n'
+                    + f'case "{flags}" in "") case " $* " in {respelled}) ;; '
+                    f"*) {_exec_line([launch.cache])};; esac;; esac\n"
                     + _exec_line([*per_tu.launcher_argv(real_python()), launch.cache]),
                 )
                 env["CMAKE_CUDA_COMPILER_LAUNCHER"] = str(nvcc_front)

@@ -29,6 +29,7 @@ from wheelkiln.compiler_args import (
     has_nvcc_temp_file,
     is_nvcc,
     nvcc_depfile_args,
+    nvcc_path_args,
 )
 
 TYPE_CHECKING = False
@@ -142,13 +143,14 @@ def compile_command(
     """The command that runs *compiler* with *args* through *cache* (None/"" = no cache).
 
     nvcc calls get the flags of :data:`NVCC_ENV_FLAGS` from *environ* (default: this
-    process's) on their command line, then :func:`nvcc_depfile_args`, so ccache can
-    run them in depend mode. Run it with :func:`compile_environment`.
+    process's) on their command line, their include options in the spelling ccache
+    makes relative (:func:`nvcc_path_args`), then :func:`nvcc_depfile_args`, so ccache
+    can run them in depend mode. Run it with :func:`compile_environment`.
     """
     call_args = list(args)
     if is_nvcc(compiler):
         before, after = nvcc_environment_args(call_args, os.environ if environ is None else environ)
-        call_args = nvcc_depfile_args([*before, *call_args, *after])
+        call_args = nvcc_depfile_args(nvcc_path_args([*before, *call_args, *after]))
     if cache:
         return [cache, compiler, *call_args]
     return [compiler, *call_args]
