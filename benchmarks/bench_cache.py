@@ -19,6 +19,11 @@ build is one build. The load average before and after is printed, because load
 stretches cold and hot builds by different factors. Goal: hot/cold ≤ 0.05 on
 demo-kernels.
 
+With ``--floor``, the same is measured for the recipe's floor package
+(``benchmarks/floor``: demo-kernels' and demo-cython's build systems with one TU or
+module to build) and its hot build is printed as a share of *this* recipe's cold one:
+the least hot/cold any hot build that runs the build backend can reach here.
+
 Before the cold build, as ``bench_shard.py`` does, kiln's own modules are compiled to
 bytecode (as installing kiln leaves them) and one throw-away shard job (slice 0 of 256,
 its own cache and work directory) fetches the source and makes the build environment,
@@ -67,6 +72,41 @@ def kiln_build(recipe: str, scratch: Path, env: dict[str, str]) -> tuple[dict[st
     return record, whole
 
 
+FLOORS = {
+    "demo-kernels": ROOT / "benchmarks" / "floor" / "floor-kernels.toml",
+    "demo-cython": ROOT / "benchmarks" / "floor" / "floor-cython.toml",
+}
+"""The floor package of each bundled recipe whose build system has one."""
+
+Run = tuple[dict[str, object], float, list[tuple[dict[str, object], float]]]
+
+
+def _floor_recipe(recipe: str, chosen: str) -> str | None:
+    if chosen != "auto":
+        return chosen
+    floor = FLOORS.get(Path(recipe).stem)
+    return str(floor) if floor is not None else None
+
+
+def measure(recipe: str, hot_rounds: int) -> Run:
+    """One cold build with a fresh cache, then *hot_rounds* hot ones, in a scratch
+    directory of their own; the build environment is made first by a warm-up job."""
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-cache-") as tmp:
+        scratch = Path(tmp)
+        env = dict(os.environ)
+        warm_up = [sys.executable, "-m", "wheelkiln", "shard", recipe, "--index", "0",
+                   "--count", "256", "--out", str(scratch / "warm-up"),
+                   "--workdir", str(scratch / "warm-up-work")]  # fmt: skip
+        done = subprocess.run(warm_up, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+        if done.returncode != 0:  # the cold build then makes the environment: say so
+            print(f"warm-up shard job failed (exit {done.returncode}); the cold build may "
+                  f"include making the build environment:\n{done.stderr[-1500:]}", file=sys.stderr)
+        # The cache is fresh; the build environment is the one the warm-up made or found.
+        cold, cold_whole = kiln_build(recipe, scratch, env)
+        hots = [kiln_build(recipe, scratch, env) for _ in range(hot_rounds)]
+    return cold, cold_whole, hots
+
+
 def _load() -> str:
     return "/".join(f"{value:.1f}" for value in os.getloadavg())
 
@@ -81,30 +121,28 @@ def _spread(values: list[float]) -> dict[str, float | int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("recipe", nargs="?", default="demo-kernels")
     parser.add_argument(
         "--hot-rounds", type=int, default=3, help="hot builds after the cold one (median)"
     )
+    parser.add_argument(
+        "--floor", nargs="?", const="auto", metavar="RECIPE",
+        help="also measure a floor package (default: the recipe's own in benchmarks/floor) "
+        "and print its hot build as a share of this cold one",
+    )  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()
     if args.hot_rounds < 1:
         parser.error("--hot-rounds must be at least 1")
+    floor = _floor_recipe(args.recipe, args.floor) if args.floor else None
+    if args.floor and floor is None:
+        parser.error(f"--floor: no floor package is known for {args.recipe!r}; name a recipe "
+                     f"({', '.join(sorted(FLOORS))} have one)")
     compileall.compile_dir(ROOT / "src", quiet=1)  # writes even under PYTHONDONTWRITEBYTECODE
-    with tempfile.TemporaryDirectory(prefix="kiln-bench-cache-") as tmp:
-        scratch = Path(tmp)
-        env = dict(os.environ)
-        warm_up = [sys.executable, "-m", "wheelkiln", "shard", args.recipe, "--index", "0",
-                   "--count", "256", "--out", str(scratch / "warm-up"),
-                   "--workdir", str(scratch / "warm-up-work")]  # fmt: skip
-        done = subprocess.run(warm_up, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
-        if done.returncode != 0:  # the cold build then makes the environment: say so
-            print(f"warm-up shard job failed (exit {done.returncode}); the cold build may "
-                  f"include making the build environment:\n{done.stderr[-1500:]}", file=sys.stderr)
-        load_before = _load()
-        # The cache is fresh; the build environment is the one the warm-up made or found.
-        cold, cold_whole = kiln_build(args.recipe, scratch, env)
-        hots = [kiln_build(args.recipe, scratch, env) for _ in range(args.hot_rounds)]
+    load_before = _load()
+    cold, cold_whole, hots = measure(args.recipe, args.hot_rounds)
+    floor_run = measure(floor, args.hot_rounds) if floor is not None else None
     load_after = _load()
     hot = hots[-1][0]
     cold_cache, hot_cache = cold["cache"], hot["cache"]
@@ -131,6 +169,24 @@ def main() -> None:
         "hot_cython": {k: (hot.get("cython") or {}).get(k, 0) for k in ("hits", "misses", "total")},  # type: ignore[union-attr]
         "goal": "hot/cold <= 0.05",
     }
+    if floor_run is not None:
+        floor_cold, floor_cold_whole, floor_hots = floor_run
+        floor_build = _spread([float(record["wall_seconds"]) for record, _ in floor_hots])  # type: ignore[arg-type]
+        floor_whole = _spread([whole for _, whole in floor_hots])
+        floor_cache = floor_hots[-1][0]["cache"]
+        assert isinstance(floor_cache, dict)
+        figures["floor"] = {
+            "recipe": floor,
+            "cold_wall_seconds": float(floor_cold["wall_seconds"]),  # type: ignore[arg-type]
+            "cold_job_seconds": round(floor_cold_whole, 3),
+            "hot_build_seconds": floor_build,
+            "hot_job_seconds": floor_whole,
+            "hot_cache": {k: floor_cache[k] for k in ("hits", "misses", "total")},
+            # The floor's hot build over this recipe's cold one: what no hot build of
+            # this recipe that runs its backend gets under.
+            "over_cold": round(floor_build["median"] / cold_build, 4),
+            "job_over_cold": round(floor_whole["median"] / cold_whole, 4),
+        }
     if args.json:
         print(json.dumps(figures, indent=2))
         return
@@ -157,6 +213,17 @@ def main() -> None:
         f"hot {hot_build['median']:.2f} s (median of {n}, {hot_build['min']:.2f}–{hot_build['max']:.2f}); "
         f"hot/cold = {figures['hot_over_cold']:.3f}"
     )
+    floor_figures = figures.get("floor")
+    if isinstance(floor_figures, dict):
+        fb, fw, fc = (floor_figures["hot_build_seconds"], floor_figures["hot_job_seconds"],
+                      floor_figures["hot_cache"])  # fmt: skip
+        print(
+            f"floor ({Path(str(floor_figures['recipe'])).stem}, hot {fc['hits']} hits / "
+            f"{fc['misses']} misses): build step {fb['median']:.2f} s "
+            f"({fb['min']:.2f}–{fb['max']:.2f}) = {floor_figures['over_cold']:.3f} of this "
+            f"cold build step; whole job {fw['median']:.2f} s = "
+            f"{floor_figures['job_over_cold']:.3f} of this cold job"
+        )
 
 
 if __name__ == "__main__":
