@@ -16,6 +16,7 @@ It is imported on every TU (by the wrapper and the launcher), so it imports only
 from __future__ import annotations
 
 import os
+import stat
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -405,10 +406,14 @@ _NVCC_PATH_OPTIONS = {
 }
 """nvcc's include options in every spelling, and the one ccache reads a path from."""
 
+_NVCC_OPTIONS_FILE = frozenset({"-optf", "--options-file"})
+
 NVCC_PATH_SPELLINGS = ("-isystem=", "-I=", "-include=", "--system-include", "--include-path",
-                       "--pre-include")  # fmt: skip
+                       "--pre-include", "-optf", "--options-file")  # fmt: skip
 """What :func:`nvcc_path_args` rewrites is in an argument holding one of these: a
 command line without any is returned as it is (the launcher scripts skip it then)."""
+
+_MAX_OPTIONS_FILE_BYTES = 1024**2
 
 
 def nvcc_path_args(argv: list[str]) -> list[str]:
@@ -421,12 +426,31 @@ def nvcc_path_args(argv: list[str]) -> list[str]:
     torch's among them), the long names (``--system-include``) and comma lists
     (``-I=A,B``). ccache hashes those as they are: a TU built in another directory (a
     shard, the link job) missed. nvcc reads every one of these spellings as the same
-    options, so the compile is unchanged."""
+    options, so the compile is unchanged.
+
+    An options file (``--options-file F``, ``-optf F``: CMake's Makefile generator puts
+    a CUDA TU's include options into ``includes_CUDA.rsp``) that holds such a spelling
+    is read into the command line, respelled; any other is left to nvcc and ccache,
+    which read it too, in the separate spelling: ccache reads only that one, and would
+    hash ``--options-file=F`` as a name, not the options in it."""
+    return _nvcc_path_args(argv, 0)
+
+
+def _nvcc_path_args(argv: list[str], depth: int) -> list[str]:
     out: list[str] = []
     index, count = 0, len(argv)
     while index < count:
         arg = argv[index]
         index += 1
+        option, equals, files = arg.partition("=")
+        if option in _NVCC_OPTIONS_FILE and (equals or index < count):
+            if not equals:
+                files = argv[index]
+                index += 1
+            for file in files.split(","):
+                inlined = _respelled_options_file(file, depth) if file else None
+                out += inlined if inlined is not None else [option, file]
+            continue
         if arg in _NVCC_SEPARATE and not (arg.startswith("--") and arg in _NVCC_PATH_OPTIONS):
             # `-I DIR` ccache reads already; another option's value is never an option
             # here (`-Xcompiler -isystem=DIR` is gcc's: its `=` means the sysroot).
@@ -448,6 +472,35 @@ def nvcc_path_args(argv: list[str]) -> list[str]:
             if path:
                 out += [short, path]
     return out
+
+
+def _respelled_options_file(path: str, depth: int) -> list[str] | None:
+    """The options in the nvcc options file at *path*, respelled, where one of them
+    needs it; None to leave the file to nvcc: unreadable, larger than a megabyte, nested
+    four deep, written with a quote or escape whose reading might differ from nvcc's
+    (only double quotes are read here), or holding nothing to respell."""
+    if depth >= 4:
+        return None
+    try:  # never waits on a fifo
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = handle.read(_MAX_OPTIONS_FILE_BYTES + 1)
+    text = data.decode("utf-8", "surrogateescape")
+    if len(data) > _MAX_OPTIONS_FILE_BYTES or "'" in text or "\\" in text:
+        return None
+    if not any(spelling in text for spelling in NVCC_PATH_SPELLINGS):
+        return None
+    import shlex  # here only: shlex imports re
+
+    try:
+        options = shlex.split(text)
+    except ValueError:  # an unclosed quote: nvcc's to report
+        return None
+    return _nvcc_path_args(options, depth + 1)
 
 
 def has_nvcc_temp_file(args: Sequence[str]) -> bool:

@@ -9,6 +9,7 @@ before kiln's launcher respelled it, that TU missed in every other directory."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,20 @@ def test_floor_cython_builds_hot_with_one_hit_of_each_kind(kiln: Kiln, tmp_path:
 
 
 @pytest.mark.cuda
-def test_floor_kernels_builds_hot_with_its_two_tus_hits(kiln: Kiln, tmp_path: Path, installed) -> None:
-    cold, hot = _cold_then_hot(kiln, FLOOR / "floor-kernels.toml", tmp_path)
+@pytest.mark.parametrize("generator", ["Ninja", "Unix Makefiles"])
+def test_floor_kernels_builds_hot_with_its_two_tus_hits(
+    kiln: Kiln, tmp_path: Path, installed, generator: str
+) -> None:
+    """Under CMake's Makefile generator the CUDA TU's includes are in an options file
+    (``includes_CUDA.rsp``), spelled ``-isystem="DIR"``: kiln reads it in, respelled."""
+    shutil.copytree(FLOOR / "floor-kernels", tmp_path / "floor-kernels")
+    recipe = (FLOOR / "floor-kernels.toml").read_text().replace('env = { CMAKE_CUDA_ARCHITECTURES = "80" }',
+                            f'env = {{ CMAKE_CUDA_ARCHITECTURES = "80", CMAKE_GENERATOR = "{generator}" }}')
+    assert generator in recipe
+    (tmp_path / "floor-kernels.toml").write_text(recipe)
+    cold, hot = _cold_then_hot(kiln, tmp_path / "floor-kernels.toml", tmp_path)
+    makefile = Path(hot["log"]).parent / "build" / "Makefile"
+    assert makefile.is_file() == (generator == "Unix Makefiles")
     assert (cold["cache"]["misses"], cold["cache"]["hits"]) == (2, 0)
     assert (hot["cache"]["hits"], hot["cache"]["misses"]) == (2, 0)
     assert installed(hot["wheel"]["path"], "import floor_kernels; print(floor_kernels.answer())") == "42"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import stat
 import subprocess
@@ -235,19 +236,52 @@ def test_nvcc_path_args_respells_include_options_the_way_ccache_reads_them(
     assert nvcc_path_args(list(args)) == respelled
 
 
+def test_nvcc_options_files_are_read_in_where_they_hold_a_spelling_to_respell(tmp_path: Path) -> None:
+    """CMake's Makefile generator writes a CUDA TU's includes into an options file,
+    in nvcc's spelling: read in and respelled. Any other options file stays nvcc's, in
+    the separate spelling that ccache reads (it hashes ``--options-file=F`` as a name)."""
+    includes = tmp_path / "includes_CUDA.rsp"  # as CMake 3.25 writes it
+    includes.write_text('-isystem=/usr/include/python3.11 -isystem="/w/.envs/3687/pybind11/include"\n')
+    plain = tmp_path / "plain.rsp"
+    plain.write_text("-DX=1 -O3\n")
+    quoted = tmp_path / "quoted.rsp"
+    quoted.write_text("-isystem='/w/a b'\n")
+    nested = tmp_path / "nested.rsp"
+    nested.write_text(f"--options-file {includes} -DY=2\n")
+    (tmp_path / "fifo.rsp").unlink(missing_ok=True)
+    os.mkfifo(tmp_path / "fifo.rsp")
+    respelled = ["-isystem", "/usr/include/python3.11", "-isystem", "/w/.envs/3687/pybind11/include"]
+    assert nvcc_path_args(["--options-file", str(includes), "-c", "k.cu"]) == [*respelled, "-c", "k.cu"]
+    assert nvcc_path_args([f"-optf={plain},{includes}"]) == ["-optf", str(plain), *respelled]
+    assert nvcc_path_args([f"--options-file={plain}"]) == ["--options-file", str(plain)]
+    assert nvcc_path_args(["--options-file", str(nested)]) == [*respelled, "-DY=2"]
+    for left in (quoted, tmp_path / "fifo.rsp", tmp_path / "missing.rsp"):
+        assert nvcc_path_args(["--options-file", str(left)]) == ["--options-file", str(left)]
+
+
 @pytest.mark.parametrize("line", [CMAKE_NINJA_CUDA, TORCH_NINJA_NVCC, *NVCC_HOST_PASSES])
 def test_nvcc_path_args_changes_no_line_without_a_respelled_spelling(line: list[str]) -> None:
     assert not any(spelling in arg for arg in line for spelling in NVCC_PATH_SPELLINGS)
     assert nvcc_path_args(list(line)) == line
 
 
-@pytest.mark.parametrize("line", [CMAKE_NINJA_CUDA, CMAKE_NINJA_CUDA_SYSTEM])
+# the same TU under CMake's Makefile generator: its includes in an options file
+CMAKE_MAKE_CUDA_OPTIONS_FILE = shlex.split(
+    "/usr/local/cuda/bin/nvcc -forward-unknown-to-host-compiler -D_core_EXPORTS "
+    "--options-file includes_CUDA.rsp -O3 -DNDEBUG -x cu -MD -MT k.cu.o -MF k.cu.o.d "
+    "-c /w/src/csrc/k.cu -o k.cu.o"
+)
+
+
+@pytest.mark.parametrize("line", [CMAKE_NINJA_CUDA, CMAKE_NINJA_CUDA_SYSTEM, CMAKE_MAKE_CUDA_OPTIONS_FILE])
 def test_cmake_nvcc_launcher_hands_the_cache_what_the_seat_wrapper_hands_it(
-    tmp_path: Path, line: list[str]
+    tmp_path: Path, line: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A CMake build's CUDA launcher script (link jobs, unsharded builds) and the seat
     wrapper (shard jobs, :func:`compile_command`) give ccache the same command, so they
-    share entries: with `-isystem=DIR` respelled, without it as CMake wrote it."""
+    share entries: with `-isystem=DIR` respelled (on the line or in an options file),
+    without it as CMake wrote it."""
+    (tmp_path / "includes_CUDA.rsp").write_text('-isystem="/w/.envs/3687/pybind11/include"\n')
     cache = _fake_tool(tmp_path / "ccache", 'printf "%s\\n" "$@"')
     env = toolchain_environment(Launch(str(cache)), "cmake", tmp_path / "bin",
                                 scripts_dir=tmp_path / "scripts", environ={"PATH": "/usr/bin:/bin"})
@@ -255,8 +289,9 @@ def test_cmake_nvcc_launcher_hands_the_cache_what_the_seat_wrapper_hands_it(
     done = subprocess.run([script, *line], capture_output=True, text=True, check=True,
                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})  # fmt: skip
     handed = done.stdout.splitlines()
+    monkeypatch.chdir(tmp_path)  # where the options file is, as for the script
     assert handed == compile_command(str(cache), line[0], line[1:], environ={})[1:]
-    assert ("-isystem" in handed) == (line is CMAKE_NINJA_CUDA_SYSTEM)
+    assert ("-isystem" in handed) == (line is not CMAKE_NINJA_CUDA)
     assert not any(arg.startswith("-isystem=") for arg in handed)
 
 
