@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from wheelkiln.builder.source import copy_tree, empty_but, fetch_source, source_digest
-from wheelkiln.errors import RecipeError
+from wheelkiln.errors import RecipeError, SourceError
 from wheelkiln.recipe.load import load_recipe
 
 SOURCE = {
@@ -325,3 +325,31 @@ def test_links_to_endless_files_are_digested_by_their_names(tmp_path: Path) -> N
     (pristine / "zero.bin").unlink()
     (pristine / "zero.bin").symlink_to("/dev/null")
     assert source_digest(pristine) != first  # where a link leads counts
+
+
+def test_a_file_swapped_for_a_fifo_during_the_copy_is_refused_by_name_and_never_waited_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy reads a file through one descriptor of the regular file it listed. Here
+    `setup.py` was a regular file when the copy listed it (the listing's lstat is made to
+    say so) and is a fifo when it is read: the copy does not block on it, and its error
+    names the file."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    swapped = source / "setup.py"
+    os.mkfifo(swapped)
+    real_lstat = os.lstat
+
+    def listed_as_regular(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        status = real_lstat(path, *args, **kwargs)
+        if os.fspath(path) == os.fspath(swapped):
+            return os.stat_result((0o100644, *tuple(status)[1:]))
+        return status
+
+    monkeypatch.setattr(os, "lstat", listed_as_regular)
+    with pytest.raises(SourceError) as raised:
+        copy_tree(source, tmp_path / "copy")
+    message = str(raised.value)
+    assert message.startswith(f"Copying the source {source} for the build failed: {swapped}: ")
+    assert "not a regular file" in message

@@ -741,28 +741,43 @@ def copy_tree(pristine: Path, destination: Path, exclude: Sequence[str] = BUILD_
         return left_out
 
     def copy_file(source: str, copied: str) -> str:
-        digest = _digest_if_same(source, copied)
-        if digest is None:
-            digest = hashlib.sha256()
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-            try:
-                descriptor = os.open(copied, flags, 0o600)
-            except PermissionError:  # an earlier copy of a read-only file: made anew
-                _unlink(copied)
-                descriptor = os.open(copied, flags, 0o600)
-            with open(source, "rb") as reader, open(descriptor, "wb") as writer:
-                while block := reader.read(1 << 20):
-                    digest.update(block)
-                    writer.write(block)
-        shutil.copystat(source, copied)  # as shutil.copy2: mode and mtimes
+        # Read through one descriptor of the regular file `ignore` saw: one swapped
+        # meanwhile for a fifo (which would block the job) or a link is refused below.
+        with open(holds.open_regular(source), "rb") as reader:
+            digest = _digest_if_same(reader, copied)
+            if digest is None:
+                reader.seek(0)
+                digest = hashlib.sha256()
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                try:
+                    descriptor = os.open(copied, flags, 0o600)
+                except PermissionError:  # an earlier copy of a read-only file: made anew
+                    _unlink(copied)
+                    descriptor = os.open(copied, flags, 0o600)
+                with open(descriptor, "wb") as writer:
+                    while block := reader.read(1 << 20):
+                        digest.update(block)
+                        writer.write(block)
+        shutil.copystat(source, copied, follow_symlinks=False)  # as copy2: mode and mtimes
         _owner_may_write(copied)
         contents[copied] = digest.hexdigest()
         return copied
 
-    shutil.copytree(
-        root, destination, ignore=ignore, symlinks=True, copy_function=copy_file,
-        dirs_exist_ok=True,
-    )  # fmt: skip
+    try:
+        shutil.copytree(
+            root, destination, ignore=ignore, symlinks=True, copy_function=copy_file,
+            dirs_exist_ok=True,
+        )  # fmt: skip
+    except shutil.Error as error:  # each file it could not copy, and why
+        failed = [entry for entry in error.args[0] if isinstance(entry, tuple)]
+        shown = "; ".join(f"{entry[0]}: {entry[-1]}" for entry in failed[:3])
+        more = f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""
+        raise SourceError(
+            f"Copying the source {root} for the build failed: {shown or error}{more}.",
+            hint="A file of the source changed into something kiln does not read (a fifo, "
+            "a link) or became unreadable while it was copied; let the tree settle, or "
+            "fix those files, then build again.",
+        ) from None
     for directory in directories:  # copytree gave each the source's mode, last
         _owner_may_write(directory)
     kept = {*contents, *links}
@@ -798,17 +813,18 @@ def empty_but(directory: Path, kept: Path) -> None:
             _remove(os.fspath(entry))
 
 
-def _digest_if_same(source: str, copied: str) -> hashlib._Hash | None:
-    """The digest of *source* where *copied* (an earlier copy's file) holds the same
-    bytes, read side by side; ``None`` where it does not, or is no regular file."""
+def _digest_if_same(reader: IO[bytes], copied: str) -> hashlib._Hash | None:
+    """The digest of the source open in *reader* where *copied* (an earlier copy's file)
+    holds the same bytes, read side by side; ``None`` where it does not, or is no regular
+    file."""
     try:
-        if os.lstat(copied).st_size != Path(source).stat().st_size:
+        if os.lstat(copied).st_size != os.fstat(reader.fileno()).st_size:
             return None
-        descriptor = os.open(copied, os.O_RDONLY | os.O_NOFOLLOW)
+        descriptor = os.open(copied, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     digest = hashlib.sha256()
-    with open(source, "rb") as reader, open(descriptor, "rb") as earlier:
+    with open(descriptor, "rb") as earlier:
         while block := reader.read(1 << 20):
             if earlier.read(len(block)) != block:
                 return None
