@@ -416,7 +416,7 @@ command line without any is returned as it is (the launcher scripts skip it then
 _MAX_OPTIONS_FILE_BYTES = 1024**2
 
 
-def nvcc_path_args(argv: list[str]) -> list[str]:
+def nvcc_path_args(argv: list[str], cwd: str | None = None) -> list[str]:
     """nvcc's *argv* with each include option written as ``-I DIR``, ``-isystem DIR``
     or ``-include FILE``: one option and one path, however nvcc was given them.
 
@@ -432,11 +432,15 @@ def nvcc_path_args(argv: list[str]) -> list[str]:
     a CUDA TU's include options into ``includes_CUDA.rsp``) that holds such a spelling
     is read into the command line, respelled; any other is left to nvcc and ccache,
     which read it too, in the separate spelling: ccache reads only that one, and would
-    hash ``--options-file=F`` as a name, not the options in it."""
-    return _nvcc_path_args(argv, 0)
+    hash ``--options-file=F`` as a name, not the options in it. A relative options file
+    is read from *cwd* (default: this process's), where nvcc runs.
+
+    A value with a double quote stays as it is: nvcc reads a comma inside quotes as
+    part of the path (``-I="a,b"``), which no respelling without the quotes keeps."""
+    return _nvcc_path_args(argv, 0, cwd)
 
 
-def _nvcc_path_args(argv: list[str], depth: int) -> list[str]:
+def _nvcc_path_args(argv: list[str], depth: int, cwd: str | None) -> list[str]:
     out: list[str] = []
     index, count = 0, len(argv)
     while index < count:
@@ -448,7 +452,7 @@ def _nvcc_path_args(argv: list[str], depth: int) -> list[str]:
                 files = argv[index]
                 index += 1
             for file in files.split(","):
-                inlined = _respelled_options_file(file, depth) if file else None
+                inlined = _respelled_options_file(file, depth, cwd) if file else None
                 out += inlined if inlined is not None else [option, file]
             continue
         if arg in _NVCC_SEPARATE and not (arg.startswith("--") and arg in _NVCC_PATH_OPTIONS):
@@ -468,13 +472,19 @@ def _nvcc_path_args(argv: list[str], depth: int) -> list[str]:
                 continue
             value = argv[index]
             index += 1
+            if '"' in value:
+                out += [arg, value]
+                continue
+        elif '"' in value:
+            out.append(arg)
+            continue
         for path in value.split(","):
             if path:
                 out += [short, path]
     return out
 
 
-def _respelled_options_file(path: str, depth: int) -> list[str] | None:
+def _respelled_options_file(path: str, depth: int, cwd: str | None) -> list[str] | None:
     """The options in the nvcc options file at *path*, respelled, where one of them
     needs it; None to leave the file to nvcc: unreadable, larger than a megabyte, nested
     four deep, written with a quote or escape whose reading might differ from nvcc's
@@ -482,7 +492,7 @@ def _respelled_options_file(path: str, depth: int) -> list[str] | None:
     if depth >= 4:
         return None
     try:  # never waits on a fifo
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(os.path.join(cwd or "", path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     with os.fdopen(fd, "rb") as handle:
@@ -500,7 +510,7 @@ def _respelled_options_file(path: str, depth: int) -> list[str] | None:
         options = shlex.split(text)
     except ValueError:  # an unclosed quote: nvcc's to report
         return None
-    return _nvcc_path_args(options, depth + 1)
+    return _nvcc_path_args(options, depth + 1, cwd)
 
 
 def has_nvcc_temp_file(args: Sequence[str]) -> bool:

@@ -228,6 +228,10 @@ CMAKE_NINJA_CUDA_SYSTEM = shlex.split(
         (["-D", "X=-I=/e"], ["-D", "X=-I=/e"]),
         (["-DX=-I=/e"], ["-DX=-I=/e"]),
         (["-c", "k.cu", "--system-include"], ["-c", "k.cu", "--system-include"]),
+        # nvcc reads a comma inside double quotes as part of the path: left as written
+        (['-I="x,y"'], ['-I="x,y"']),
+        (['--include-path', '"x,y"'], ['--include-path', '"x,y"']),
+        (['-isystem="/e/a b",/e/c'], ['-isystem="/e/a b",/e/c']),
     ],
 )
 def test_nvcc_path_args_respells_include_options_the_way_ccache_reads_them(
@@ -257,6 +261,30 @@ def test_nvcc_options_files_are_read_in_where_they_hold_a_spelling_to_respell(tm
     assert nvcc_path_args(["--options-file", str(nested)]) == [*respelled, "-DY=2"]
     for left in (quoted, tmp_path / "fifo.rsp", tmp_path / "missing.rsp"):
         assert nvcc_path_args(["--options-file", str(left)]) == ["--options-file", str(left)]
+    # a relative options file is read where the compile runs, not where kiln is
+    assert nvcc_path_args(["-optf", includes.name], cwd=str(tmp_path)) == respelled
+    assert nvcc_path_args(["-optf", includes.name]) == ["-optf", includes.name]
+
+
+def test_a_stub_rebuilt_in_the_link_step_reads_its_options_file_where_it_compiles(
+    tmp_path: Path,
+) -> None:
+    """The link step recompiles a stubbed object from its logged argv and cwd, from the
+    link's own directory: the options file (relative, as CMake's Makefile generator
+    names it) is read from the logged cwd, so ccache gets the respelled include, the
+    same command the owning shard and the link job hashed."""
+    cache = _fake_tool(tmp_path / "ccache", 'printf "%s\\n" "$@" > "$0.args"')
+    (tmp_path / "tu").mkdir()
+    (tmp_path / "tu" / "includes_CUDA.rsp").write_text('-isystem="/w/.envs/1/pybind11/include"\n')
+    argv = ["nvcc", "--options-file", "includes_CUDA.rsp", "-x", "cu", "-MD", "-MF", "k.o.d",
+            "-c", "k.cu", "-o", "k.o"]  # fmt: skip
+    record = {"argv": argv, "cwd": str(tmp_path / "tu"), "tu": "k.cu", "output": "k.o"}
+    config = SeatConfig(cache=str(cache), log_path=str(tmp_path / "wrapper.log"))
+    assert wrapper.rebuild_stub(record, config) == 0
+    assert (tmp_path / "ccache.args").read_text().splitlines() == [
+        "nvcc", "-isystem", "/w/.envs/1/pybind11/include", "-x", "cu", "-MD", "-MF", "k.o.d",
+        "-c", "k.cu", "-o", "k.o",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("line", [CMAKE_NINJA_CUDA, TORCH_NINJA_NVCC, *NVCC_HOST_PASSES])
@@ -273,7 +301,13 @@ CMAKE_MAKE_CUDA_OPTIONS_FILE = shlex.split(
 )
 
 
-@pytest.mark.parametrize("line", [CMAKE_NINJA_CUDA, CMAKE_NINJA_CUDA_SYSTEM, CMAKE_MAKE_CUDA_OPTIONS_FILE])
+# CMake's Makefile generator with CMAKE_DEPENDS_USE_COMPILER=OFF: no depfile asked for
+CMAKE_MAKE_CUDA_NO_DEPFILE = shlex.split("/usr/local/cuda/bin/nvcc -x cu -c /w/src/k.cu -o k.cu.o")
+
+
+@pytest.mark.parametrize(
+    "line", [CMAKE_NINJA_CUDA, CMAKE_NINJA_CUDA_SYSTEM, CMAKE_MAKE_CUDA_OPTIONS_FILE, CMAKE_MAKE_CUDA_NO_DEPFILE]
+)
 def test_cmake_nvcc_launcher_hands_the_cache_what_the_seat_wrapper_hands_it(
     tmp_path: Path, line: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -291,7 +325,8 @@ def test_cmake_nvcc_launcher_hands_the_cache_what_the_seat_wrapper_hands_it(
     handed = done.stdout.splitlines()
     monkeypatch.chdir(tmp_path)  # where the options file is, as for the script
     assert handed == compile_command(str(cache), line[0], line[1:], environ={})[1:]
-    assert ("-isystem" in handed) == (line is not CMAKE_NINJA_CUDA)
+    assert ("-isystem" in handed) == (line in (CMAKE_NINJA_CUDA_SYSTEM, CMAKE_MAKE_CUDA_OPTIONS_FILE))
+    assert "-MD" in handed
     assert not any(arg.startswith("-isystem=") for arg in handed)
 
 

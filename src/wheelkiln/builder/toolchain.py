@@ -418,11 +418,12 @@ def toolchain_environment(
                 # nvcc through kiln's launcher, as the seat wrapper runs it in shard
                 # jobs: it moves NVCC_APPEND_FLAGS & co. onto the command line, where the
                 # cache sees them, so link job and shards hash the same command.
-                # Without those variables set, and without an include option the
-                # launcher respells (`-isystem=DIR`, which CMake writes for nvcc), the
-                # launcher would add nothing to CMake's command (which asks nvcc for a
-                # depfile itself): the cache runs directly, saving an interpreter start
-                # (~29 ms CPU) on every CUDA TU.
+                # Without those variables set, without an include option the launcher
+                # respells (`-isystem=DIR`, which CMake writes for nvcc) and with a
+                # depfile asked for (CMake's Ninja generator always asks; its Makefile
+                # generator may not), the launcher would add nothing to CMake's
+                # command: the cache runs directly, saving an interpreter start (~29 ms
+                # CPU) on every CUDA TU.
                 nvcc_front = bin_dir / "nvcc-launch"
                 flags = "".join(f"${{{name}-}}" for name in cache_launch.NVCC_ENV_FLAGS)
                 respelled = "|".join(f"*{spelling}*" for spelling in NVCC_PATH_SPELLINGS)
@@ -430,7 +431,7 @@ def toolchain_environment(
                     nvcc_front,
                     probe_bypass_line([])
                     + f'case "{flags}" in "") case " $* " in {respelled}) ;; '
-                    f"*) {_exec_line([launch.cache])};; esac;; esac\n"
+                    f'*" -MD "*|*" -MMD "*) {_exec_line([launch.cache])};; esac;; esac\n'
                     + _exec_line([*per_tu.launcher_argv(real_python()), launch.cache]),
                 )
                 env["CMAKE_CUDA_COMPILER_LAUNCHER"] = str(nvcc_front)

@@ -139,8 +139,10 @@ def compile_command(
     compiler: str,
     args: Sequence[str],
     environ: Mapping[str, str] | None = None,
+    cwd: str | None = None,
 ) -> list[str]:
-    """The command that runs *compiler* with *args* through *cache* (None/"" = no cache).
+    """The command that runs *compiler* with *args* through *cache* (None/"" = no cache)
+    in *cwd* (default: this process's; it reads relative options files from there).
 
     nvcc calls get the flags of :data:`NVCC_ENV_FLAGS` from *environ* (default: this
     process's) on their command line, their include options in the spelling ccache
@@ -150,7 +152,7 @@ def compile_command(
     call_args = list(args)
     if is_nvcc(compiler):
         before, after = nvcc_environment_args(call_args, os.environ if environ is None else environ)
-        call_args = nvcc_depfile_args(nvcc_path_args([*before, *call_args, *after]))
+        call_args = nvcc_depfile_args(nvcc_path_args([*before, *call_args, *after], cwd))
     if cache:
         return [cache, compiler, *call_args]
     return [compiler, *call_args]

@@ -732,7 +732,7 @@ def rebuild_stub(record: Mapping[str, object], config: SeatConfig) -> int:
     if not isinstance(raw_argv, list) or not raw_argv:
         return 1
     argv = [str(item) for item in raw_argv]
-    command = launch.compile_command(config.cache, argv[0], argv[1:])
+    command = launch.compile_command(config.cache, argv[0], argv[1:], cwd=cwd)
     env = launch.compile_environment(config.cache, argv[0])
     started = time.perf_counter()
     exit_code = subprocess.call(command, cwd=cwd, env=env)
@@ -773,7 +773,8 @@ def make_deferred(record: Mapping[str, object], config: SeatConfig, made: set[st
     for archive, thin, members in stubbed_archives(parsed, cwd, config):
         complete_archive(archive, thin, members, config)
     started = time.perf_counter()
-    exit_code = subprocess.call(launch.compile_command(config.cache, argv[0], argv[1:]), cwd=cwd)
+    command = launch.compile_command(config.cache, argv[0], argv[1:], cwd=cwd)
+    exit_code = subprocess.call(command, cwd=cwd)
     append_record(
         config.log_path,
         _record(None, "link", time.perf_counter() - started, exit_code, output, argv, cwd),
