@@ -414,6 +414,8 @@ NVCC_PATH_SPELLINGS = ("-isystem=", "-I=", "-include=", "--system-include", "--i
 command line without any is returned as it is (the launcher scripts skip it then)."""
 
 _MAX_OPTIONS_FILE_BYTES = 1024**2
+_MAX_OPTIONS_FILES = 16
+"""Options files read for one command line, nested ones included."""
 
 
 def nvcc_path_args(argv: list[str], cwd: str | None = None) -> list[str]:
@@ -437,10 +439,10 @@ def nvcc_path_args(argv: list[str], cwd: str | None = None) -> list[str]:
 
     A value with a double quote stays as it is: nvcc reads a comma inside quotes as
     part of the path (``-I="a,b"``), which no respelling without the quotes keeps."""
-    return _nvcc_path_args(argv, 0, cwd)
+    return _nvcc_path_args(argv, cwd, [_MAX_OPTIONS_FILES])
 
 
-def _nvcc_path_args(argv: list[str], depth: int, cwd: str | None) -> list[str]:
+def _nvcc_path_args(argv: list[str], cwd: str | None, reads_left: list[int]) -> list[str]:
     out: list[str] = []
     index, count = 0, len(argv)
     while index < count:
@@ -452,7 +454,7 @@ def _nvcc_path_args(argv: list[str], depth: int, cwd: str | None) -> list[str]:
                 files = argv[index]
                 index += 1
             for file in files.split(","):
-                inlined = _respelled_options_file(file, depth, cwd) if file else None
+                inlined = _respelled_options_file(file, cwd, reads_left) if file else None
                 out += inlined if inlined is not None else [option, file]
             continue
         if arg in _NVCC_SEPARATE and not (arg.startswith("--") and arg in _NVCC_PATH_OPTIONS):
@@ -484,13 +486,15 @@ def _nvcc_path_args(argv: list[str], depth: int, cwd: str | None) -> list[str]:
     return out
 
 
-def _respelled_options_file(path: str, depth: int, cwd: str | None) -> list[str] | None:
+def _respelled_options_file(path: str, cwd: str | None, reads_left: list[int]) -> list[str] | None:
     """The options in the nvcc options file at *path*, respelled, where one of them
-    needs it; None to leave the file to nvcc: unreadable, larger than a megabyte, nested
-    four deep, written with a quote or escape whose reading might differ from nvcc's
-    (only double quotes are read here), or holding nothing to respell."""
-    if depth >= 4:
+    needs it; None to leave the file to nvcc: unreadable, larger than a megabyte, past
+    the command's :data:`_MAX_OPTIONS_FILES` (a file naming itself would otherwise be
+    read again and again), written with a quote or escape whose reading might differ
+    from nvcc's (only double quotes are read here), or holding nothing to respell."""
+    if reads_left[0] <= 0:
         return None
+    reads_left[0] -= 1
     try:  # never waits on a fifo
         fd = os.open(os.path.join(cwd or "", path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -510,7 +514,7 @@ def _respelled_options_file(path: str, depth: int, cwd: str | None) -> list[str]
         options = shlex.split(text)
     except ValueError:  # an unclosed quote: nvcc's to report
         return None
-    return _nvcc_path_args(options, depth + 1, cwd)
+    return _nvcc_path_args(options, cwd, reads_left)
 
 
 def has_nvcc_temp_file(args: Sequence[str]) -> bool:

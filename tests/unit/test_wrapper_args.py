@@ -261,6 +261,10 @@ def test_nvcc_options_files_are_read_in_where_they_hold_a_spelling_to_respell(tm
     assert nvcc_path_args(["--options-file", str(nested)]) == [*respelled, "-DY=2"]
     for left in (quoted, tmp_path / "fifo.rsp", tmp_path / "missing.rsp"):
         assert nvcc_path_args(["--options-file", str(left)]) == ["--options-file", str(left)]
+    # a file that names itself is read 16 times for one command at most, not without end
+    looping = tmp_path / "looping.rsp"
+    looping.write_text(" ".join([f"--options-file {looping}"] * 50) + " -isystem=/e/x\n")
+    assert nvcc_path_args(["--options-file", str(looping)]).count("-isystem") == 16
     # a relative options file is read where the compile runs, not where kiln is
     assert nvcc_path_args(["-optf", includes.name], cwd=str(tmp_path)) == respelled
     assert nvcc_path_args(["-optf", includes.name]) == ["-optf", includes.name]
