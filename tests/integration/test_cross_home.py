@@ -81,6 +81,53 @@ def test_a_build_in_another_home_hits_every_tu(backend: str, tmp_path: Path) -> 
     assert answer.strip() == str(PROJECT.expected)
 
 
+MESON_PROJECT = pybind11_extension("xhome-meson", tus=3).with_files(
+    **{
+        "pyproject.toml": (
+            '[build-system]\nrequires = ["meson-python>=0.15", "meson>=1.2", "ninja", "pybind11>=2.12"]\n'
+            'build-backend = "mesonpy"\n[project]\nname = "xhome-meson"\nversion = "0.1"\n'
+        ),
+        "setup.py": "",
+        "meson.build": (
+            "project('xhome-meson', 'cpp', version: '0.1')\n"
+            "py = import('python').find_installation(pure: false)\n"
+            "pybind11 = dependency('pybind11')\n"
+            "py.extension_module('_core', 'src/core.cpp', 'src/part1.cpp', 'src/part2.cpp',\n"
+            "  dependencies: [pybind11], install: true, subdir: 'xhome_meson')\n"
+            "py.install_sources('src/xhome_meson/__init__.py', subdir: 'xhome_meson')\n"
+        ),
+    }
+)
+
+
+def test_a_meson_build_that_asks_pybind11_config_hits_every_tu_from_another_home(
+    tmp_path: Path,
+) -> None:
+    """meson finds pybind11 by running the environment's ``pybind11-config`` script,
+    which prints pybind11's include directory as its Python sees it. The script now runs
+    the Python of the job's view of the environment (``<workdir>/.envs``), where uv's
+    relocatable script ran that of ``$KILN_HOME/envs``: every TU that includes from
+    pybind11 missed in another home (contourpy: 14 of 14)."""
+    _, recipe = MESON_PROJECT.generate(tmp_path)
+    cache = ("--cache-dir", tmp_path / "cache")
+    home_a, home_b = tmp_path / "a", tmp_path / "bb" / "deeper" / "home"
+    cold = build(home_a, recipe, tmp_path / "out-a", *cache)
+    hot = build(home_b, recipe, tmp_path / "out-b", *cache, "--workdir", tmp_path / "elsewhere" / "work")
+    assert Path(cold["build_env"]).name == Path(hot["build_env"]).name
+    assert "pybind11-config found: YES" in (Path(hot["log"]).parent / "build" / "meson-logs"
+                                            / "meson-log.txt").read_text()  # fmt: skip
+    assert (cold["cache"]["misses"], cold["cache"]["hits"]) == (len(TUS), 0), cold["cache"]
+    assert (hot["cache"]["hits"], hot["cache"]["misses"]) == (len(TUS), 0), hot["cache"]
+    with zipfile.ZipFile(next((tmp_path / "out-b").glob("*.whl"))) as wheel:
+        wheel.extractall(tmp_path / "site")
+    answer = subprocess.run(
+        [sys.executable, "-c", "import xhome_meson; print(xhome_meson.total())"],
+        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, cwd=tmp_path,
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert answer.strip() == str(MESON_PROJECT.expected)
+
+
 def test_sccache_keys_name_no_job_directory(tmp_path: Path) -> None:
     """sccache strips a base directory's prefix (ccache writes the path relative to the
     compile): with the workdir alone, a TU that CMake compiles by absolute path kept its

@@ -79,6 +79,7 @@ import json
 import os
 import platform
 import shutil
+import stat
 import sys
 import threading
 import tomllib
@@ -122,6 +123,13 @@ bytecode (1, before: none). Since the compile moved beside the build, an environ
 the same once :data:`BYTECODE_MARKER` is in it, so the layout stayed 2."""
 BYTECODE_MARKER = "kiln-bytecode"
 """The file in an environment that says every module in it was compiled."""
+LAUNCHERS_MARKER = "kiln-launchers"
+"""The file in an environment that says its scripts start the interpreter beside them
+as they are called (:func:`launch_where_called`)."""
+_SH = b"#!/bin/sh\n"
+_RESOLVING_LAUNCHER = b"'''exec' \"$(dirname -- \"$(realpath -- \"$0\")\")\"/'python' \"$0\" \"$@\"\n"
+_CALLED_LAUNCHER = b"'''exec' \"$(dirname -- \"$0\")\"/'python' \"$0\" \"$@\"\n"
+_END_OF_LAUNCHER = b"' '''\n"
 
 
 @dataclass(frozen=True)
@@ -721,6 +729,52 @@ def _write_resolution(path: Path, resolution: Resolution) -> None:
     staged.replace(path)
 
 
+def launch_where_called(environment: Path) -> None:
+    """Make each script in *environment*'s ``bin`` start the interpreter beside the
+    script's path as it was called, not beside the file that path resolves to.
+
+    Builds see an environment through a link inside the job's directory
+    (:func:`wheelkiln.paths.envs_view`), so the paths a build gets from it are inside
+    ccache's base directory, made relative, and the same on every builder. uv's
+    relocatable scripts start ``$(realpath $0)``'s interpreter, and pip's name the
+    environment's own path: either way a script run through the view (``meson``,
+    ``pybind11-config``, ``numpy-config``) ran Python from ``$KILN_HOME/envs/<key>``, and
+    what it printed (pybind11's include directory) reached the compile line with that
+    home in it. Measured: contourpy (meson, ``dependency('pybind11')``), each job with
+    its own ``KILN_HOME``, missed 14 of 14 TUs in the link job.
+
+    Each script is replaced whole (written beside it, then renamed), so a process
+    running it meanwhile reads the old one or the new one; :data:`LAUNCHERS_MARKER` is
+    written last. Links and anything else in ``bin`` are left as they are."""
+    marker = environment / LAUNCHERS_MARKER
+    if marker.exists():
+        return
+    bin_dir = environment / "bin"
+    names = ["python", "python3", *(p.name for p in bin_dir.glob("python3.*"))]
+    own_pythons = {f"#!{bin_dir / name}".encode() for name in names}
+    for script in sorted(bin_dir.iterdir()):
+        try:
+            with os.fdopen(holds.open_regular(script), "rb") as handle:
+                head = handle.read(4096)
+                first = head.partition(b"\n")[0]
+                if head.startswith(_SH + _RESOLVING_LAUNCHER):
+                    start, skip = _SH + _CALLED_LAUNCHER, len(_SH + _RESOLVING_LAUNCHER)
+                elif first in own_pythons:
+                    start, skip = _SH + _CALLED_LAUNCHER + _END_OF_LAUNCHER, len(first) + 1
+                else:
+                    continue
+                handle.seek(skip)
+                body = handle.read()
+                mode = os.fstat(handle.fileno()).st_mode
+        except OSError:
+            continue  # a link, a fifo, gone: not a script kiln rewrites
+        staged = script.with_name(f".{script.name}.kiln")
+        staged.write_bytes(start + body)
+        staged.chmod(stat.S_IMODE(mode))
+        staged.replace(script)
+    marker.write_text("scripts start the interpreter beside the path they are called by\n")
+
+
 def _is_complete(final: Path) -> bool:
     # The record is written last; the interpreter a venv links to may have gone.
     return (final / "kiln-env.json").is_file() and (final / "bin" / "python").exists()
@@ -756,6 +810,7 @@ def _make_environment(
     with (envs_root / f"{key}.lock").open("w") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         if _is_complete(final):
+            launch_where_called(final)  # made before kiln did this
             return final
         # A venv's scripts embed its path, so it is made in place; the record written
         # last marks it complete, and a directory without one is a failed attempt.
@@ -765,6 +820,7 @@ def _make_environment(
         except BuildError:
             shutil.rmtree(final, ignore_errors=True)
             raise
+        launch_where_called(final)
         _write_record(final, installer, interpreter, identity, lock, requested)
         return final
 
@@ -781,9 +837,11 @@ def _adopt(
         fcntl.flock(held, fcntl.LOCK_EX)
         if _is_complete(final):
             shutil.rmtree(staging, ignore_errors=True)
+            launch_where_called(final)  # made before kiln did this
             return final
         shutil.rmtree(final, ignore_errors=True)
         (staging / "kiln-lock.txt").write_text(lock)
+        launch_where_called(staging)
         staging.rename(final)
         _write_record(final, installer, interpreter, identity, lock, requested)
         return final
