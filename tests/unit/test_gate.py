@@ -579,6 +579,20 @@ def test_link_gate(merge_problems: list[str], hits: int, misses: int, ledger: li
     assert gate.missed == missed
 
 
+def test_link_gate_says_whether_a_shard_compiled_each_missed_tu() -> None:
+    """A TU a shard compiled missed under another key: running that shard again does
+    not help, so the gate does not say the shards failed to hand it over."""
+    by_shard = {"tu": "a.cpp", "shard": 0, "difference": "only in the shard: -I/h0/x"}
+    by_none = {"tu": "b.cpp", "shard": None, "difference": "no shard compiled this TU"}
+    differing = "compiled by a shard with a compile that differs from the link job's"
+    assert link_gate([], 5, 1, missed=[by_shard]).problems == [
+        f"1 cache miss(es): each {differing} (what differs is said with each TU)"]
+    assert link_gate([], 5, 2, missed=[by_shard, by_none]).problems == [
+        f"2 cache miss(es): 1 {differing} (what differs is said with each TU), 1 compiled by no shard"]
+    assert link_gate([], 5, 1, missed=[by_none]).problems == [
+        "1 cache miss(es): the shards did not hand over every TU"]
+
+
 def test_link_gate_names_remote_troubles_only_when_there_are_misses() -> None:
     trouble = ["remote storage http://cache:8080/kiln: 3 read errors"]
     gate = link_gate([], 20, 2, remote_troubles=trouble)

@@ -244,7 +244,9 @@ def link(
     if not gate.passed:
         raise GateError(
             f"The link gate of {chosen.id} failed:\n- " + "\n- ".join(gate.problems),
-            hint="The wheel was kept. Re-run the named shards, or look at the missed TUs above.",
+            hint="The wheel was kept. A missed TU a shard compiled (above, with what differs) "
+            "misses again however often that shard runs: make its compile the same as the link "
+            "job's. A missing shard, or a TU no shard compiled, needs its shard run again.",
         )
 
 

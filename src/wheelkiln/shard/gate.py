@@ -427,7 +427,7 @@ def link_gate(
     total = hits + misses
     problems = list(merge_problems)
     if misses:
-        problems.append(f"{misses} cache miss(es): the shards did not hand over every TU")
+        problems.append(_misses_problem(misses, missed))
     if total == 0:
         problems.append("total 0: the cache was never consulted, so no handoff happened")
     if misses:
@@ -441,6 +441,23 @@ def link_gate(
         )
     problems.extend(ledger_problems)
     return LinkGateResult(not problems, hits, misses, total, problems, list(missed))
+
+
+def _misses_problem(misses: int, missed: Sequence[dict[str, Any]]) -> str:
+    """The gate's line for *misses*, by what the link job's explanation of each missed
+    TU found (``_explain_misses`` in :mod:`wheelkiln.shard.link`): a TU a shard compiled was
+    handed over under another key (its compile differs from the link job's, and running
+    that shard again makes the same key), one no shard compiled was not handed over."""
+    by_shard = sum(1 for entry in missed if entry.get("shard") is not None)
+    if not missed or by_shard == 0:
+        return f"{misses} cache miss(es): the shards did not hand over every TU"
+    differing = "compiled by a shard with a compile that differs from the link job's"
+    if by_shard == len(missed):
+        return f"{misses} cache miss(es): each {differing} (what differs is said with each TU)"
+    return (
+        f"{misses} cache miss(es): {by_shard} {differing} (what differs is said with each "
+        f"TU), {len(missed) - by_shard} compiled by no shard"
+    )
 
 
 def find_objects(build_dirs: Iterable[str | os.PathLike[str]]) -> list[tuple[str, int]]:
