@@ -365,17 +365,17 @@ def test_no_link_task_is_submitted_when_no_shard_passed(
                   scheduler, "--handoff", tmp_path / "handoff", "--out", tmp_path / "dist",
                   "--json", check=False)
     message = " ".join(result.stderr.split())
-    assert result.returncode == 5, result.stderr
+    assert result.returncode == 4, result.stderr  # the package's own build failed
     assert f"No shard of {TINY_CELL} passed, so its link job did not run" in message
     for label in ("1/2", "2/2"):  # each in one line, as a local shard's failure is
-        assert (f"- shard {label}: failed its gate: the build failed (exit 1) before it "
+        assert (f"- shard {label}: its build failed: the build failed (exit 1) before it "
                 "compiled any of its TUs; its last lines: kiln-tiny is broken on purpose "
                 "(build log on tcp://127.0.0.1:") in message
     assert "│" not in result.stderr.split("passed, so its link job did not run")[1]
     assert "kiln link" not in result.stderr and not (tmp_path / "dist").exists()
     report: dict[str, Any] = json.loads(result.stdout)
     assert report["link"] is None and report["gate"]["passed"] is False
-    assert [s["process"]["status"] for s in report["shards"]] == ["exit 5", "exit 5"]
+    assert [s["process"]["status"] for s in report["shards"]] == ["exit 4", "exit 4"]
 
 
 def test_unreachable_scheduler_is_an_error_naming_it_with_nothing_started(

@@ -153,6 +153,24 @@ def test_link_wheel_missing_a_declared_module_fails_verification(kiln: Kiln, tmp
     assert record["link"]["gate"]["passed"], "the handoff itself was fine"
 
 
+def test_a_wheel_failing_its_checks_does_not_hide_a_failed_link_gate(kiln: Kiln, tmp_path: Path) -> None:
+    # The wheel's check stops the link job first; the handover's failure is still said.
+    tree = tiny_package(tmp_path)
+    recipe = tiny_recipe(
+        tree, tmp_path, verify='extension_modules = ["kiln_tiny/_native*.so", "kiln_tiny/_extra*.so"]'
+    )
+    kiln("shard", recipe, "--index", "0", "--count", "2", "--out", tmp_path / "shards",
+         "--workdir", tmp_path / "work")
+    result = kiln("link", recipe, "--archives", tmp_path / "shards", "--count", "2",
+                  "--out", tmp_path / "dist", "--workdir", tmp_path / "work", check=False)
+    message = " ".join(result.stderr.split())
+    assert result.returncode == 4, result.stderr
+    assert "no extension module matches verify.extension_modules 'kiln_tiny/_extra*.so'" in message
+    assert "The link gate failed too: - shard 2/2 is missing" in message
+    record = json.loads((tmp_path / "dist" / f"{CELL}.link.json").read_text())
+    assert record["verify"]["passed"] is False and record["link"]["gate"]["passed"] is False
+
+
 def test_smoke_runs_with_runtime_and_test_requirements_after_link_build_and_cache_hit(
     kiln: Kiln, tmp_path: Path
 ) -> None:
@@ -286,16 +304,17 @@ def test_no_link_job_runs_when_no_shard_passed(kiln: Kiln, tmp_path: Path) -> No
     result = kiln("build", recipe, "--shards", "2", "--json", "--out", tmp_path / "dist",
                   "--workdir", tmp_path / "work", check=False)
     message = " ".join(result.stderr.split())
-    assert result.returncode == 5, result.stderr
+    # Exit 4: the package's own build failed, as it would unsharded; not a gate verdict.
+    assert result.returncode == 4, result.stderr
     assert "No shard of kiln-tiny-py3.11-linux-x86_64 passed, so its link job did not run" in message
     for label in ("1/2", "2/2"):  # the build's own failure, not a launcher to check
-        assert (f"- shard {label}: failed its gate: the build failed (exit 1) before it compiled "
+        assert (f"- shard {label}: its build failed: the build failed (exit 1) before it compiled "
                 "any of its TUs; its last lines: kiln-tiny is broken on purpose") in message
     assert "builds it in one job" in message
     assert "Linking" not in result.stderr and not (tmp_path / "dist").exists()
     report: dict[str, Any] = json.loads(result.stdout)
     assert report["link"] is None
-    assert [s["process"]["status"] for s in report["shards"]] == ["exit 5", "exit 5"]
+    assert [s["process"]["status"] for s in report["shards"]] == ["exit 4", "exit 4"]
     assert report["gate"]["passed"] is False
     assert report["gate"]["problems"][-1] == (
         "link job: No shard of kiln-tiny-py3.11-linux-x86_64 passed, so its link job did not run")

@@ -125,9 +125,13 @@ def test_compile_error_fails_its_shard(kiln: Kiln, tmp_path: Path) -> None:
     index = _owner(tree, broken, 3)
     result = kiln("shard", recipe, "--index", str(index), "--count", "3", "--partition", "seat",
                   "--out", tmp_path / "shards", "--workdir", tmp_path / "work", check=False)
-    assert result.returncode == 5, result.stderr
-    assert f"shard {index + 1}/3 of demo-cpp-py3.11-linux-x86_64 failed its gate" in result.stderr
-    assert "core_t03.cpp" in result.stderr
+    # The package's own TU is broken, as it is unsharded: a build failure (exit 4).
+    assert result.returncode == 4, result.stderr
+    message = " ".join(result.stderr.split())
+    assert (f"The build of shard {index + 1}/3 of demo-cpp-py3.11-linux-x86_64 failed, as it "
+            "would unsharded: - compiler diagnostics in the build log: "
+            "csrc/generated/core/core_t03.cpp:49:") in message
+    assert "- 1 TU compile(s) failed in the wrapper: csrc/generated/core/core_t03.cpp" in message
     assert not list((tmp_path / "shards").glob("*.tar.gz")), "a failed shard packs no archive"
 
 

@@ -285,6 +285,19 @@ def test_shard_gate(
         assert any(reason in text for text in result.reasons), result.reasons
 
 
+def test_a_broken_tu_is_a_build_failure_and_a_refused_slice_is_not() -> None:
+    # exit 4 for what breaks unsharded too; exit 5 for what the shard's proof lacks.
+    broken = [*RECORDS, {"tu": "csrc/c.cu", "action": "compile", "exit": 1, "output": "/b/c.o"}]
+    assert shard_gate(1, "", OBJECTS, broken).build_failed
+    # A failed compile the build went past (exit 0: an optional extension) breaks nothing.
+    assert not shard_gate(0, "", OBJECTS, broken).build_failed
+    unwrapped = shard_gate(0, "", OBJECTS, [])
+    assert not unwrapped.passed and not unwrapped.build_failed
+    stopped = shard_gate(0, "", OBJECTS, RECORDS, [ExpectedCompile("csrc/z.cu", "/b/z.o")])
+    assert not stopped.passed and not stopped.build_failed
+    assert "never ran" in stopped.reasons[0]
+
+
 def test_gate_counts_actions() -> None:
     records: list[dict[str, object]] = [
         *RECORDS,
@@ -614,7 +627,7 @@ def test_a_build_that_failed_before_its_first_compile_is_said_to_have_failed() -
     # Not a launcher to check: the package's own setup.py broke, as it would unsharded.
     log = "running bdist_wheel\n\nerror: kiln-tiny is broken on purpose\n"
     gate = shard_gate(1, log, [], [], None)
-    assert not gate.passed
+    assert not gate.passed and gate.build_failed
     assert gate.reasons == (
         "the build failed (exit 1) before it compiled any of its TUs; "
         "its last lines: running bdist_wheel | error: kiln-tiny is broken on purpose",
@@ -629,7 +642,7 @@ def test_a_build_that_failed_after_its_compiler_checks_is_said_to_have_failed() 
     probes = [{"action": "probe", "exit": 0, "argv": ["cc", "-c", "testfile.c"]}] * 11
     slice_ = [ExpectedCompile("pywt/_extensions/c/wt.c", "/b/wt.o")]
     gate = shard_gate(1, log, [], probes, slice_)
-    assert not gate.passed
+    assert not gate.passed and gate.build_failed
     assert gate.reasons == (
         "the build failed (exit 1) before it compiled any of its TUs; its last lines: "
         "Build targets in project: 19 | Found ninja-1.11.1 at /usr/bin/ninja | meson-python: "

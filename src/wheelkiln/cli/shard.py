@@ -32,7 +32,7 @@ from wheelkiln.cli.options import (
     smoke_option,
     summary_table,
 )
-from wheelkiln.errors import GateError
+from wheelkiln.errors import BuildError, GateError
 
 
 @click.command(context_settings=CONTEXT)
@@ -135,6 +135,12 @@ def shard(
         (handoff if handoff == "archive" else "handoff", str(result.archive) if result.archive else "none"),
     ]
     ui.console.print(summary_table("kiln shard", rows))
+    if result.gate.build_failed:
+        raise BuildError(
+            f"The build of {label} of {chosen.id} failed, as it would unsharded:\n- "
+            + "\n- ".join(result.gate.reasons),
+            hint=f"Build log: {result.outcome.log_path}",
+        )
     if not result.gate.passed:
         raise GateError(
             f"{label} of {chosen.id} failed its gate:\n- " + "\n- ".join(result.gate.reasons),

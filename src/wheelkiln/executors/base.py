@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from wheelkiln import run
 from wheelkiln.cells import Cell, shard_label
-from wheelkiln.errors import GateError, KilnError
+from wheelkiln.errors import BuildError, GateError, KilnError
 from wheelkiln.recipe.load import LoadedRecipe
 from wheelkiln.settings import BuildOptions
 from wheelkiln.shard.gate import LinkGateResult
@@ -144,14 +144,16 @@ def shard_failure(shard: ShardRun) -> str | None:
     return None
 
 
-def nothing_to_link(cell_id: str, shards: Sequence[ShardRun], handed_over: int) -> GateError | None:
+def nothing_to_link(cell_id: str, shards: Sequence[ShardRun], handed_over: int) -> KilnError | None:
     """The error that stands in for the link job when no shard handed over its work
     (*handed_over* is how many did): that link job would compile every TU again, at the
-    cost of an unsharded build, and fail its gate all the same."""
+    cost of an unsharded build, and fail its gate all the same. A build failure (exit 4)
+    where every shard's own build failed, as it would unsharded; else a gate failure."""
     if handed_over:
         return None
     failures = [failure for shard in shards if (failure := shard_failure(shard)) is not None]
-    return GateError(
+    broken = bool(shards) and all(shard.exit_code == BuildError.exit_code for shard in shards)
+    return (BuildError if broken else GateError)(
         f"No shard of {cell_id} passed, so its link job did not run:\n- "
         + "\n- ".join(failures or ["no shard handed over its archive"]),
         hint="Mend what the shards' errors above name and run again; `kiln build` without "

@@ -1258,7 +1258,8 @@ def _shard_problem(result: dict[str, Any], exit_code: int, worker: str | None) -
     ):  # fmt: skip
         log = record.get("log") if isinstance(record, dict) else None
         where = f" (build log on {worker}: {log})" if isinstance(log, str) else ""
-        return f"failed its gate: {'; '.join(reasons)}{where}"
+        said = "its build failed" if gate.get("build_failed") is True else "failed its gate"
+        return f"{said}: {'; '.join(reasons)}{where}"
     return _untabled(str(result.get("tail", "")))
 
 

@@ -17,7 +17,7 @@ from wheelkiln.builder.environment import interpreter_version
 from wheelkiln.builder.requires_python import check_requires_python
 from wheelkiln.builder.source import fetch_source
 from wheelkiln.cells import shard_job_suffix, shard_label
-from wheelkiln.errors import GateError, KilnError, UsageError
+from wheelkiln.errors import BuildError, GateError, KilnError, UsageError
 from wheelkiln.executors.base import (
     ExecutorSettings,
     LinkRun,
@@ -98,9 +98,13 @@ def _shard_run(
     done, result = called.completed, called.value
     exit_code, problem = done.returncode, None
     if result is not None and not result.gate.passed:
-        exit_code = GateError.exit_code
+        failed = result.gate.build_failed
+        exit_code = BuildError.exit_code if failed else GateError.exit_code
         reasons = "; ".join(result.gate.reasons)
-        problem = f"failed its gate: {reasons} (build log: {result.outcome.log_path})"
+        problem = (
+            f"{'its build failed' if failed else 'failed its gate'}: {reasons} "
+            f"(build log: {result.outcome.log_path})"
+        )
     elif isinstance(called.error, KilnError):
         problem = called.error.render()
     elif done.returncode != 0:
@@ -222,6 +226,8 @@ def _say_how_it_ended(shard: ShardRun) -> None:
     label = shard_label(shard.index, shard.count)
     if shard.exit_code < 0:
         ui.warn(f"{label} was {shard.status}")
+    elif shard.exit_code == BuildError.exit_code:
+        ui.warn(f"{label}: its build failed")
     elif shard.exit_code != 0:
         ui.warn(f"{label} failed its gate")
     else:

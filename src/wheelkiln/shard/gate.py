@@ -50,6 +50,9 @@ class ShardGateResult:
     """Links that failed, each with why it was tolerated (or that it was not recognised)."""
     slice_compiles: int | None = None
     """Compiles of the slice checked against the compile database (None: no database)."""
+    build_failed: bool = False
+    """The package's own build broke (before its first TU, or a TU did not compile), as
+    it would unsharded: a build failure, not a refusal of the shard's work."""
 
 
 def _latest_stub_outputs(records: Iterable[WrapperRecord]) -> set[str]:
@@ -347,6 +350,7 @@ def shard_gate(
         actions=counts,
         links=(*tolerated, *unrecognised),
         slice_compiles=None if expected is None else len(expected),
+        build_failed=broke_early or (exit_code != 0 and bool(failed)),
         **result_counts,
     )
 

@@ -324,6 +324,7 @@ def run_shard(
                     "reasons": list(gate.reasons),
                     "links": list(gate.links),
                     "slice_compiles": gate.slice_compiles,
+                    "build_failed": gate.build_failed,
                 },
                 "actions": gate.actions,
                 # ninja's calls that waited for their TU's compile ahead, slots idle: the

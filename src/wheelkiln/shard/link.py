@@ -377,6 +377,12 @@ def run_link(
                 f"The wheel stays at {outcome.wheel.path} and was not copied to {out_dir}. "
                 + (exc.hint or "")
             ).strip()
+        if not gate.passed:
+            # The wheel's check stops the job first; the gate's verdict is in the record
+            # and said here, so a broken handover is not hidden behind it.
+            exc.hint = (
+                (exc.hint or "") + "\nThe link gate failed too:\n- " + "\n- ".join(gate.problems)
+            ).strip()
         publish(replace(outcome, wheel=None), record, out_dir)
         raise
     record_path = publish(outcome, record, out_dir)
