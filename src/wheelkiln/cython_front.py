@@ -51,7 +51,7 @@ from wheelkiln.cache import cython as store
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from types import ModuleType
 
 _VALUE_OPTIONS = frozenset(
@@ -456,11 +456,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def install(module: ModuleType) -> None:
-    """Wrap ``Cython.Build.Dependencies.cythonize_one`` or
-    ``Cython.Build.SharedModule.generate_shared_module`` (whichever *module* is) with
-    the cache (once)."""
+    """Wrap ``Cython.Build.Dependencies.cythonize_one``,
+    ``Cython.Build.SharedModule.generate_shared_module`` or, for
+    ``Cython.Distutils.old_build_ext``, ``Cython.Compiler.Main.compile`` (whichever
+    *module* is or calls) with the cache (once)."""
     if module.__name__ == "Cython.Build.SharedModule":
         _install_shared(module)
+        return
+    if module.__name__ == "Cython.Distutils.old_build_ext":
+        _install_compile()
         return
     dependencies = module
     original = getattr(dependencies, "cythonize_one", None)
@@ -531,32 +535,58 @@ def cached_cythonize_one(
     args: tuple[object, ...],
     kwargs: Mapping[str, object],
 ) -> object:
-    """One module of ``cythonize()``: a hit writes the cached files, a stub in a shard
-    writes a placeholder, a miss runs Cython and stores what it wrote."""
+    """One module of ``cythonize()`` through :func:`_cached_module`."""
     import json
 
+    metadata = json.dumps(arguments.get("embedded_metadata"), sort_keys=True, default=str)
+    return _cached_module(
+        "cythonize",
+        os.fspath(str(arguments["pyx_file"])),
+        os.fspath(str(arguments["c_file"])),
+        str(arguments.get("full_module_name")),
+        arguments.get("options"),
+        metadata,
+        lambda: original(*args, **kwargs),
+        lambda source: dependencies.create_dependency_tree().all_dependencies(source),
+        quiet=bool(arguments.get("quiet")),
+        skipped=None,
+    )
+
+
+def _cached_module(
+    front: str,
+    source: str,
+    output: str,
+    module_name: str,
+    options: object,
+    metadata: str,
+    run: Callable[[], object],
+    dependencies_of: Callable[[str], Iterable[str]],
+    *,
+    quiet: bool,
+    skipped: object,
+) -> object:
+    """One module's transpile: a hit writes the cached files, a stub in a shard writes a
+    placeholder, a miss runs Cython (*run*) and stores what it wrote with the files
+    *dependencies_of* its source. A hit or a stub returns *skipped*."""
     started, started_wall = _now(), time.time()
     environ = os.environ
     settings = Settings(environ)
     cwd = os.getcwd()
-    source = os.fspath(str(arguments["pyx_file"]))
-    output = os.fspath(str(arguments["c_file"]))
     if owned_elsewhere(output, cwd, environ):
         write_placeholder(output, False, cwd)
-        _log(settings, settings.paths(None), source, output, cwd, "stub", started, "cythonize")
-        return None
+        _log(settings, settings.paths(None), source, output, cwd, "stub", started, front)
+        return skipped
     import Cython  # the build environment's own
 
     cython_dir = os.path.dirname(os.path.abspath(Cython.__file__))
     paths = settings.paths(cython_dir)
-    options = arguments.get("options")
     cacheable = settings.cache is not None and not getattr(options, "annotate", False)
     if not cacheable or settings.cache is None:
-        result = original(*args, **kwargs)
+        result = run()
         outcome = "uncached" if settings.cache is not None else "miss"
-        _log(settings, paths, source, output, cwd, outcome, started, "cythonize")
+        _log(settings, paths, source, output, cwd, outcome, started, front)
         return result
-    metadata = json.dumps(arguments.get("embedded_metadata"), sort_keys=True, default=str)
     key = store.module_key(
         [
             str(getattr(Cython, "__version__", "")),
@@ -564,8 +594,8 @@ def cached_cythonize_one(
             store.file_digest(os.path.join(cwd, source)) or "",
             paths.key(output, cwd),
             paths.key(cwd, cwd),
-            "cythonize",
-            str(arguments.get("full_module_name")),
+            front,
+            module_name,
             paths.tokenize(_options_fingerprint(options)),
             paths.tokenize(metadata),
         ]
@@ -574,15 +604,88 @@ def cached_cythonize_one(
     entry = None if settings.recache else cache.lookup(key, paths)
     if entry is not None:
         _restore(cache, entry, os.path.join(cwd, output))
-        if not arguments.get("quiet"):
+        if not quiet:
             print(f"kiln: {source} from the Cython cache")
-        _log(settings, paths, source, output, cwd, "hit", started, "cythonize")
-        return None
-    result = original(*args, **kwargs)
+        _log(settings, paths, source, output, cwd, "hit", started, front)
+        return skipped
+    result = run()
     if os.path.isfile(os.path.join(cwd, output)):
-        tree = dependencies.create_dependency_tree()
-        files = [source, *sorted(set(tree.all_dependencies(source)) - {source})]
+        files = [source, *sorted(set(dependencies_of(source)) - {source})]
         outputs, contents = _collect(os.path.join(cwd, output), started_wall)
         cache.store(key, store.Entry(_dependencies(paths, files, cwd), outputs), contents)
-    _log(settings, paths, source, output, cwd, "miss", started, "cythonize")
+    _log(settings, paths, source, output, cwd, "miss", started, front)
     return result
+
+
+class _Transpiled:
+    """What ``Cython.Compiler.Main.compile`` returns for a module a hit or a stub wrote:
+    a result without errors (``old_build_ext`` does not read it; other callers read
+    ``num_errors``)."""
+
+    num_errors = 0
+
+    def __init__(self, c_file: str) -> None:
+        self.c_file = c_file
+
+
+def _install_compile() -> None:
+    """Wrap ``Cython.Compiler.Main.compile``, which ``Cython.Distutils.old_build_ext``
+    (PyYAML's setup.py, and older ones) calls once per ``.pyx`` instead of
+    ``cythonize()`` (once)."""
+    from Cython.Compiler import Main  # type: ignore[import-not-found]
+
+    original = Main.compile
+    if getattr(original, "_kiln_cached", False):
+        return
+
+    def compile(  # Cython's name: callers look it up on Main
+        source: object, options: object = None, full_module_name: object = None, **kwds: object
+    ) -> object:
+        return cached_compile(original, Main, source, options, full_module_name, kwds)
+
+    compile._kiln_cached = True  # type: ignore[attr-defined]
+    Main.compile = compile
+
+
+def cached_compile(
+    original: Callable[..., object],
+    main: ModuleType,
+    source: object,
+    options: object,
+    full_module_name: object,
+    kwds: Mapping[str, object],
+) -> object:
+    """One ``Main.compile(source, options)`` through :func:`_cached_module` where it
+    transpiles one file to a named output, as ``old_build_ext`` calls it; any other
+    call (several sources, timestamps, recursion, Cython's own cache) runs as written."""
+
+    def run() -> object:
+        return original(source, options, full_module_name, **kwds)
+
+    merged = main.CompilationOptions(defaults=options, **kwds)
+    output = getattr(merged, "output_file", None)
+    if (
+        not isinstance(source, str) or not isinstance(output, str) or not output
+        or getattr(merged, "timestamps", False) or getattr(merged, "recursive", False)
+        or getattr(merged, "cache", False) or os.environ.get(FRONT_RUNS_IT)
+    ):  # fmt: skip
+        return run()
+
+    def dependencies_of(path: str) -> Iterable[str]:
+        from Cython.Build.Dependencies import DependencyTree  # type: ignore[import-not-found]
+
+        context = main.Context.from_options(merged)
+        return DependencyTree(context, quiet=True).all_dependencies(path)  # type: ignore[no-any-return]
+
+    return _cached_module(
+        "compile",
+        source,
+        output,
+        str(full_module_name),
+        merged,
+        "",
+        run,
+        dependencies_of,
+        quiet=False,
+        skipped=_Transpiled(output),
+    )

@@ -257,3 +257,68 @@ def test_the_shared_utility_module_is_cached_on_the_command_line_and_in_process(
     assert b"transpiled by the shard that owns this TU" in (
         tree / "build" / "pkg" / "_cyutility.c"
     ).read_bytes()
+
+
+OLD_BUILD_EXT_SETUP = """\
+from distutils.core import setup
+from distutils.extension import Extension
+from Cython.Distutils.old_build_ext import old_build_ext
+
+setup(name="oldpkg", cmdclass={"build_ext": old_build_ext},
+      ext_modules=[Extension("oldpkg.answer", ["oldpkg/answer.pyx"])])
+"""
+
+
+def test_old_build_ext_transpiles_through_the_cache(
+    tmp_path: Path, cython_cold: dict[str, Any]
+) -> None:
+    """``Cython.Distutils.old_build_ext`` (PyYAML's setup.py) calls
+    ``Cython.Compiler.Main.compile`` once per .pyx, not cythonize(): the site hook
+    routes it through the cache too. Another tree hits with the same C; a changed .pxd
+    the module cimports misses, and the module computes the new answer."""
+    from wheelkiln.builder.toolchain import cython_fronts
+    from wheelkiln.cache import cython as cython_cache
+
+    python = Path(cython_cold["record"]["build_env"]) / "bin" / "python"
+    _, site_hook = cython_fronts(tmp_path / "scripts")
+    pristine = tmp_path / "pristine"
+    (pristine / "oldpkg").mkdir(parents=True)
+    (pristine / "setup.py").write_text(OLD_BUILD_EXT_SETUP)
+    (pristine / "oldpkg" / "__init__.py").write_text("")
+    (pristine / "oldpkg" / "base.pxd").write_text("cdef inline int base():\n    return 40\n")
+    (pristine / "oldpkg" / "answer.pyx").write_text(
+        "from oldpkg.base cimport base\n\ndef answer():\n    return base() + 2\n")  # fmt: skip
+
+    def build(name: str, pxd_value: int | None = None) -> tuple[str, bytes, int]:
+        tree = tmp_path / name
+        shutil.copytree(pristine, tree)
+        if pxd_value is not None:
+            (tree / "oldpkg" / "base.pxd").write_text(
+                f"cdef inline int base():\n    return {pxd_value}\n")  # fmt: skip
+        log = tmp_path / f"{name}.jsonl"
+        env = {
+            **os.environ,
+            "PYTHONPATH": site_hook,
+            **cython_cache.environment(cache_dir=str(tmp_path / "cache"), log_path=str(log),
+                                       package_root=str(tree), build_dir=str(tree / "build"),
+                                       envs_dirs=[], recache=False),
+        }  # fmt: skip
+        subprocess.run([python, "-W", "ignore", "setup.py", "build_ext", "--inplace"], cwd=tree,
+                       env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL)  # fmt: skip
+        records = [json.loads(line) for line in log.read_text().splitlines()]
+        assert [(r["source"], r["output"], r["front"]) for r in records] == [
+            ("<root>/oldpkg/answer.pyx", "<root>/oldpkg/answer.c", "compile")]  # fmt: skip
+        answer = subprocess.run(
+            [python, "-c", "import oldpkg.answer; print(oldpkg.answer.answer())"], cwd=tree,
+            capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL,
+        ).stdout  # fmt: skip
+        return records[0]["outcome"], (tree / "oldpkg" / "answer.c").read_bytes(), int(answer)
+
+    first = build("first")
+    assert (first[0], first[2]) == ("miss", 42)
+    second = build("second")
+    assert (second[0], second[2]) == ("hit", 42)
+    assert second[1] == first[1]
+    changed = build("changed", pxd_value=41)
+    assert (changed[0], changed[2]) == ("miss", 43)
+    assert changed[1] != first[1]

@@ -529,7 +529,8 @@ def read_log(log_path: str | os.PathLike[str]) -> dict[str, object]:
 SITE_HOOK = '''\
 """Written by wheelkiln: routes Cython's in-process cythonize() and its shared utility
 module through kiln's Cython cache (wheelkiln.cython_front.install) once
-Cython.Build.Dependencies or Cython.Build.SharedModule is imported, then
+Cython.Build.Dependencies, Cython.Build.SharedModule or
+Cython.Distutils.old_build_ext is imported, then
 runs the sitecustomize this one shadows, if any."""
 import sys
 
@@ -537,7 +538,11 @@ import sys
 class _KilnCythonHook:
     @staticmethod
     def find_spec(name, path=None, target=None):
-        if name not in ("Cython.Build.Dependencies", "Cython.Build.SharedModule"):
+        if name not in (
+            "Cython.Build.Dependencies",
+            "Cython.Build.SharedModule",
+            "Cython.Distutils.old_build_ext",
+        ):
             return None
         from importlib.machinery import PathFinder
 
