@@ -83,6 +83,11 @@ with open(os.path.join(probe_dir, "conftest.c"), "w") as handle:
     handle.write("int probe_%d(void) { return 1; }\\n" % random.randrange(1 << 30))
 subprocess.check_call([os.environ.get("CC", "cc"), "-c", "conftest.c", "-o", "conftest.o"],
                       cwd=probe_dir)
+# psutil's: the same source every run, but under a random name in the temp directory.
+with tempfile.NamedTemporaryFile(suffix=".c", delete=False, mode="w") as handle:
+    handle.write("#include <limits.h>\\nint probe(void) { return INT_MAX > 0; }\\n")
+subprocess.check_call([os.environ.get("CC", "cc"), "-c", handle.name,
+                       "-o", os.path.join(tempfile.mkdtemp(), "probe.o")])
 
 setup(name="probed", version="0.1", ext_modules=[Extension("probed", ["probed.c"])])
 '''

@@ -9,7 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from wheelkiln.builder.toolchain import DEBUG_PREFIX, FRONT_CACHE, Launch, toolchain_environment
+from wheelkiln.builder.toolchain import (
+    DEBUG_PREFIX,
+    FRONT_CACHE,
+    JOB_DIR,
+    Launch,
+    toolchain_environment,
+)
 
 
 @pytest.mark.parametrize(
@@ -49,6 +55,48 @@ def test_only_compiles_go_through_the_cache(
     if through_cache:
         expected.insert(0, f"cache {compiler} {called} -fdebug-prefix-map=/job=.")
     assert log.read_text().splitlines() == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "tmpdir", "through_cache"),
+    [
+        # psutil's probe: a tempfile.NamedTemporaryFile source, random name, every build.
+        (["-c", "/tmp/tmpk2x9q1.c", "-o", "/tmp/tmpz/tmpk2x9q1.o"], None, False),
+        (["-c", "/var/tmp/probe.cpp"], None, False),
+        (["-c", "/scratch/tmpq.c"], "/scratch", False),
+        # The job's own sources, in a job directory under /tmp (a test's, a CI runner's).
+        (["-c", "/tmp/job/src/a.c", "-o", "/tmp/job/build/a.o"], None, True),
+        # A temp directory only as an include directory or an object: a real TU.
+        (["-isystem", "/tmp/inc", "-c", "a.c", "-o", "/tmp/x/a.o"], None, True),
+        (["-c", "/scratch/tmpq.c"], None, True),  # not a temp directory here
+    ],
+)
+def test_a_source_in_a_temp_directory_outside_the_job_is_a_probe(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    tmpdir: str | None,
+    through_cache: bool,
+) -> None:
+    log = tmp_path / "log"
+    compiler, cache = _logging_compiler(tmp_path / "gcc", log), tmp_path / "ccache"
+    cache.write_text(f'#!/bin/sh\necho "cache $*" >> {log}\nexec "$@"\n')
+    cache.chmod(0o755)
+    monkeypatch.setenv("KILN_HOST_CC", str(compiler))
+    env = toolchain_environment(
+        Launch(str(cache)), "setuptools", tmp_path / "bin", scripts_dir=tmp_path / "scripts"
+    )
+    log.unlink(missing_ok=True)
+    subprocess.run(
+        [env["CC"], *args],
+        env={
+            "PATH": "/usr/bin:/bin", JOB_DIR: "/tmp/job", "KILN_SEAT_FRONT": "0",
+            FRONT_CACHE: env[FRONT_CACHE], **({"TMPDIR": tmpdir} if tmpdir else {}),
+        },
+        check=True,
+    )  # fmt: skip
+    assert log.read_text().startswith("cache ") is through_cache, log.read_text()
+    assert len(log.read_text().splitlines()) == (2 if through_cache else 1)
 
 
 def test_without_the_job_environment_a_compile_goes_straight_to_the_compiler(

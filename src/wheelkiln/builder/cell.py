@@ -38,6 +38,7 @@ from wheelkiln.builder.requires_python import check_requires_python
 from wheelkiln.builder.source import copy_tree, empty_but, fetch_source, source_digest
 from wheelkiln.builder.toolchain import (
     DEBUG_PREFIX,
+    JOB_DIR,
     Launch,
     Toolchain,
     chosen_compiler_versions,
@@ -281,6 +282,7 @@ def _build_cell(
     if "CMAKE_ARGS" in tool_env and env.get("CMAKE_ARGS"):  # the user's or recipe's go first
         tool_env["CMAKE_ARGS"] = merge_cmake_args(env["CMAKE_ARGS"], tool_env["CMAKE_ARGS"])
     env.update(tool_env)
+    env[JOB_DIR] = str(job_dir)
     if cache is None or cache.name != "sccache":
         # The CC/CXX fronts map it to "." in debug info. ccache hashes only that the
         # option is there; sccache (0.16) hashes its value, the job's own directory, so

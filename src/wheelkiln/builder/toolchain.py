@@ -157,6 +157,9 @@ SEAT_SWITCH = "KILN_SEAT_FRONT"
 """Set (to 1) in shard jobs: the CC/CXX scripts then hand every call to the seat wrapper."""
 DEBUG_PREFIX = "KILN_DEBUG_PREFIX"
 """The job's directory, which the CC/CXX scripts map to ``.`` in debug info."""
+JOB_DIR = "KILN_JOB_DIR"
+"""The job's directory, inside which no compile is a temp-directory probe
+(:func:`probe_bypass_line`)."""
 
 
 def compiler_identity(compiler: str) -> str:
@@ -181,11 +184,27 @@ def probe_bypass_line(target: list[str]) -> str:
     environment changes. Counted as misses, they made zero misses unreachable for builds
     whose real TUs all hit. The seat wrapper runs them uncached as well, so shards and the
     link job agree; real TUs keep going through the cache and the gate still counts them.
+
+    A source named by an absolute path in a temp directory (``/tmp``, ``/var/tmp``,
+    ``$TMPDIR``) outside the job's directory (:data:`JOB_DIR`) is a probe too, as the
+    seat wrapper has it: psutil's ``setup.py`` compiles ``tempfile.NamedTemporaryFile``
+    sources (``/tmp/tmpXXXXXXXX.c``), whose random names missed in every build and failed
+    a sharded link job's gate. Without :data:`JOB_DIR` no source counts as one.
     """
     from wheelkiln.compiler_args import PROBE_MARKERS
 
     patterns = "|".join(f"*{marker}*" for marker in PROBE_MARKERS)
-    return f'case "$PWD $*" in {patterns}) {_exec_line(target)};; esac\n'
+    sources = "|".join(f"*{extension}" for extension in _PROBE_SOURCE_EXTENSIONS)
+    return (
+        f'case "$PWD $*" in {patterns}) {_exec_line(target)};; esac\n'
+        f'case "$*" in */tmp/*|*"${{TMPDIR:-/tmp}}"/*) for kiln_arg; do case $kiln_arg in '
+        f'"${JOB_DIR}"/*) ;; /tmp/*|/var/tmp/*|"${{TMPDIR:-/tmp}}"/*) case $kiln_arg in '
+        f"{sources}) {_exec_line(target)};; esac;; esac; done;; esac\n"
+    )
+
+
+_PROBE_SOURCE_EXTENSIONS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".cu", ".m", ".mm", ".s", ".S")
+"""Source files whose absolute path in a temp directory makes a compile a probe."""
 
 
 HOST_COMPILERS = (("cc", "CC", "KILN_HOST_CC", "gcc"), ("c++", "CXX", "KILN_HOST_CXX", "g++"))
