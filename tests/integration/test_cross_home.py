@@ -73,12 +73,17 @@ def test_a_build_in_another_home_hits_every_tu(backend: str, tmp_path: Path) -> 
     extension = next((tmp_path / "site" / "xhome_demo").glob("_core*.so")).read_bytes()
     assert b".debug_info" in extension
     assert (str(tmp_path).encode() in extension) == (backend == "sccache")
+    assert _total(tmp_path, "xhome_demo") == PROJECT.expected
+
+
+def _total(tmp_path: Path, module: str) -> int:
+    """*module*.total() from the wheel unpacked in ``tmp_path/site``."""
     answer = subprocess.run(
-        [sys.executable, "-c", "import xhome_demo; print(xhome_demo.total())"],
+        [sys.executable, "-c", f"import {module}; print({module}.total())"],
         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, cwd=tmp_path,
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
-    assert answer.strip() == str(PROJECT.expected)
+    return int(answer)
 
 
 MESON_PROJECT = pybind11_extension("xhome-meson", tus=3).with_files(
@@ -120,12 +125,7 @@ def test_a_meson_build_that_asks_pybind11_config_hits_every_tu_from_another_home
     assert (hot["cache"]["hits"], hot["cache"]["misses"]) == (len(TUS), 0), hot["cache"]
     with zipfile.ZipFile(next((tmp_path / "out-b").glob("*.whl"))) as wheel:
         wheel.extractall(tmp_path / "site")
-    answer = subprocess.run(
-        [sys.executable, "-c", "import xhome_meson; print(xhome_meson.total())"],
-        env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, cwd=tmp_path,
-        capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
-    assert answer.strip() == str(MESON_PROJECT.expected)
+    assert _total(tmp_path, "xhome_meson") == MESON_PROJECT.expected
 
 
 def test_sccache_keys_name_no_job_directory(tmp_path: Path) -> None:

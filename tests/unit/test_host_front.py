@@ -33,15 +33,7 @@ from wheelkiln.builder.toolchain import (
 def test_only_compiles_go_through_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str], through_cache: bool
 ) -> None:
-    log = tmp_path / "log"
-    compiler, cache = _logging_compiler(tmp_path / "gcc", log), tmp_path / "ccache"
-    cache.write_text(f'#!/bin/sh\necho "cache $*" >> {log}\nexec "$@"\n')
-    cache.chmod(0o755)
-    monkeypatch.setenv("KILN_HOST_CC", str(compiler))
-    env = toolchain_environment(
-        Launch(str(cache)), "meson", tmp_path / "bin", scripts_dir=tmp_path / "scripts"
-    )
-    log.unlink(missing_ok=True)  # the front's own version probe
+    log, compiler, env = _cached_front(tmp_path, monkeypatch, "meson")
     subprocess.run(
         [env["CC"], *args],
         env={
@@ -78,15 +70,7 @@ def test_a_source_in_a_temp_directory_outside_the_job_is_a_probe(
     tmpdir: str | None,
     through_cache: bool,
 ) -> None:
-    log = tmp_path / "log"
-    compiler, cache = _logging_compiler(tmp_path / "gcc", log), tmp_path / "ccache"
-    cache.write_text(f'#!/bin/sh\necho "cache $*" >> {log}\nexec "$@"\n')
-    cache.chmod(0o755)
-    monkeypatch.setenv("KILN_HOST_CC", str(compiler))
-    env = toolchain_environment(
-        Launch(str(cache)), "setuptools", tmp_path / "bin", scripts_dir=tmp_path / "scripts"
-    )
-    log.unlink(missing_ok=True)
+    log, _, env = _cached_front(tmp_path, monkeypatch, "setuptools")
     subprocess.run(
         [env["CC"], *args],
         env={
@@ -114,6 +98,23 @@ def test_without_the_job_environment_a_compile_goes_straight_to_the_compiler(
     log.unlink(missing_ok=True)
     subprocess.run([env["CC"], "-c", "a.c"], env={"PATH": "/usr/bin:/bin"}, check=True)
     assert log.read_text().splitlines() == ["gcc -c a.c"]
+
+
+def _cached_front(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, system: str
+) -> tuple[Path, Path, dict[str, str]]:
+    """The log each call writes, the logging compiler, and a build environment whose CC
+    front runs it through a logging cache."""
+    log = tmp_path / "log"
+    compiler, cache = _logging_compiler(tmp_path / "gcc", log), tmp_path / "ccache"
+    cache.write_text(f'#!/bin/sh\necho "cache $*" >> {log}\nexec "$@"\n')
+    cache.chmod(0o755)
+    monkeypatch.setenv("KILN_HOST_CC", str(compiler))
+    env = toolchain_environment(
+        Launch(str(cache)), system, tmp_path / "bin", scripts_dir=tmp_path / "scripts"
+    )
+    log.unlink(missing_ok=True)  # the front's own version probe
+    return log, compiler, env
 
 
 def _logging_compiler(path: Path, log: Path) -> Path:
