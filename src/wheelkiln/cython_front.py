@@ -74,7 +74,7 @@ def _now() -> float:
 class Settings:
     """What the build told the fronts (:func:`wheelkiln.cache.cython.environment`)."""
 
-    __slots__ = ("build_dir", "cache", "envs_dirs", "log", "recache", "root")
+    __slots__ = ("build_dir", "cache", "envs_dirs", "job_tmp", "log", "recache", "root")
 
     def __init__(self, environ: Mapping[str, str]) -> None:
         directory = environ.get(store.ENV_CACHE) or None
@@ -84,14 +84,19 @@ class Settings:
         self.root = environ.get(store.ENV_ROOT) or None
         self.build_dir = environ.get(store.ENV_BUILD_DIR) or None
         self.envs_dirs = [d for d in environ.get(store.ENV_ENVS, "").split(os.pathsep) if d]
+        self.job_tmp = environ.get(store.ENV_JOB_TMP) or None
 
     def paths(self, cython_dir: str | None) -> store.PathKeys:
-        return store.PathKeys(self.root, self.build_dir, cython_dir, self.envs_dirs)
+        return store.PathKeys(self.root, self.build_dir, cython_dir, self.envs_dirs, self.job_tmp)
 
 
 def owned_elsewhere(output: str, cwd: str, environ: Mapping[str, str]) -> bool:
-    """True in a seat-partitioned shard when another shard owns the C TU *output*."""
+    """True in a seat-partitioned shard when another shard owns the C TU *output*. A TU
+    in the job's temp directory is every shard's, as the seat wrapper has it."""
     if not environ.get("KILN_SHARD_COUNT", "").strip():
+        return False
+    job_tmp = environ.get(store.ENV_JOB_TMP)
+    if job_tmp and os.path.normpath(os.path.join(cwd, output)).startswith(job_tmp.rstrip("/") + "/"):
         return False
     from wheelkiln.shard import partition
     from wheelkiln.shard.wrapper import SeatConfig

@@ -4,6 +4,9 @@ and the fronts finding the real ``cython`` past themselves."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,46 @@ def test_path_keys_are_relative_to_root_build_and_cython() -> None:
     text = "-I/w/job/src/inc -I/w/job/build"
     assert paths.tokenize(text) == "-I<root>/inc -I<build>"
     assert other.detokenize(paths.tokenize(text)) == "-I/elsewhere/src/inc -I/elsewhere/build"
+
+
+def test_paths_in_the_jobs_temp_directory_are_keyed_by_it() -> None:
+    # A backend's copy of the tree in a TemporaryDirectory (frozenlist's), named the same
+    # in every job by the site hook: the key holds no workdir.
+    paths = store.PathKeys("/w/job/src", "/w/job/build", None, (), "/w/job/tmp")
+    copy = "/w/job/tmp/.tmp-pkg-pep517-ab12cd34/src"
+    assert paths.key("pkg/_m.pyx", copy) == "<tmp>/.tmp-pkg-pep517-ab12cd34/src/pkg/_m.pyx"
+    other = store.PathKeys("/o/job/src", "/o/job/build", None, (), "/o/job/tmp")
+    assert other.path(paths.key("pkg/_m.pyx", copy)) == "/o/job/tmp/.tmp-pkg-pep517-ab12cd34/src/pkg/_m.pyx"
+    assert paths.tokenize(f"-I{copy}/inc") == "-I<tmp>/.tmp-pkg-pep517-ab12cd34/src/inc"
+
+
+def test_the_site_hook_names_temp_files_the_same_in_every_job(tmp_path: Path) -> None:
+    """Each temp name is the first free one of a fixed sequence, whatever other temp
+    files the process made before; only where the build's TMPDIR is the job's own."""
+    from wheelkiln.builder.toolchain import cython_fronts
+
+    _, site_hook = cython_fronts(tmp_path / "scripts")
+    code = (
+        "import os, sys, tempfile\n"
+        "names = {p: os.path.basename(tempfile.mkdtemp(prefix=p)) for p in sys.argv[1:]}\n"
+        "print(' '.join(names[p] for p in sorted(names)))\n"
+    )
+
+    def names(job: str, prefixes: list[str], own: bool = True) -> str:
+        job_tmp = tmp_path / job / "tmp"
+        job_tmp.mkdir(parents=True)
+        env = {**os.environ, "PYTHONPATH": site_hook, "TMPDIR": str(job_tmp)}
+        env.pop("KILN_JOB_TMP", None)
+        if own:
+            env["KILN_JOB_TMP"] = str(job_tmp)
+        done = subprocess.run([sys.executable, "-c", code, *prefixes], env=env, check=True,
+                              capture_output=True, text=True)  # fmt: skip
+        return done.stdout.strip()
+
+    first = names("a", ["x-", "y-"])
+    assert names("b", ["y-", "x-", "z-"]).startswith(first.split()[0])  # order: no matter
+    assert names("c", ["x-", "y-"]) == first
+    assert names("d", ["x-", "y-"], own=False) != names("e", ["x-", "y-"], own=False)
 
 
 def test_paths_in_a_build_environment_are_keyed_by_its_key_not_the_workdir() -> None:

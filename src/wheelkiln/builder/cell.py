@@ -248,6 +248,14 @@ def _build_cell(
     env = inherited_environment(os.environ)
     recipe_env = expand_recipe_env(recipe.build.env, seen.path, loaded.path)
     env.update(recipe_env)
+    job_tmp: Path | None = None
+    if "TMPDIR" not in recipe_env:
+        # The job's own temp directory (emptied with the job's): a temp path a build
+        # compiles from (psutil's header checks, frozenlist's copy of its tree) is inside
+        # the cache's base directory, and named the same in every job (the site hook).
+        job_tmp = job_dir / "tmp"
+        job_tmp.mkdir(exist_ok=True)
+        env["TMPDIR"] = str(job_tmp)
     jobs = resolve_jobs(options.jobs, recipe.build.jobs, recipe_env, os.environ, loaded.path)
     env.update(jobs_environment(jobs.jobs))
     backend = backend_settings(
@@ -313,6 +321,7 @@ def _build_cell(
                 build_dir=str(backend.build_dir or job_dir / "build"),
                 envs_dirs=[str(envs_view(workdir)), str(envs_dir())],
                 recache=options.recache,
+                job_tmp=str(job_tmp) if job_tmp is not None else None,
             )
         )
     env["PATH"] = os.pathsep.join([*cython_path, *behind_fronts])

@@ -53,6 +53,11 @@ ENV_RECACHE = "KILN_CYTHON_RECACHE"
 ENV_ROOT = "KILN_CYTHON_ROOT"
 ENV_BUILD_DIR = "KILN_CYTHON_BUILD_DIR"
 ENV_ENVS = "KILN_CYTHON_ENVS"
+ENV_JOB_TMP = "KILN_JOB_TMP"
+"""The job's own temp directory, which kiln makes the build's ``TMPDIR``: the Cython
+fronts key a path in it as ``<tmp>/...``, the seat wrapper and the shard's Cython front
+leave the TUs in it to every shard, and the site hook names Python's temp files in it
+deterministically (:data:`SITE_HOOK`)."""
 
 OUTCOMES = ("hit", "miss", "stub", "uncached")
 _MANIFEST_ENTRIES_KEPT = 8
@@ -71,6 +76,7 @@ def environment(
     build_dir: str,
     envs_dirs: Sequence[str],
     recache: bool,
+    job_tmp: str | None = None,
 ) -> dict[str, str]:
     """The variables both fronts read: the one place they are written. No *cache_dir*
     (an uncached build) leaves the cache out and the fronts only log and stub.
@@ -87,6 +93,8 @@ def environment(
     }
     if cache_dir:
         env[ENV_CACHE] = cache_dir
+    if job_tmp:
+        env[ENV_JOB_TMP] = job_tmp
     return env
 
 
@@ -101,10 +109,12 @@ class PathKeys:
     """Writes absolute paths as keys that hold in every copy of the tree, and back.
 
     ``<build>/x`` below the build directory (checked first: it may lie inside the
-    tree), ``<root>/x`` below the package root, ``<cython>/x`` inside the Cython
-    package, ``<envs>/KEY/x`` inside a build environment (a ``.pxd`` of numpy's, an
-    include directory) by any of *envs_dirs*, so the key is the same in every home and
-    workdir (a token reads back as the first of them); anything else stays absolute.
+    tree), ``<root>/x`` below the package root, ``<tmp>/x`` below the job's temp
+    directory (*job_tmp*: a backend that builds a copy of the tree in a temporary
+    directory, as frozenlist's does), ``<cython>/x`` inside the Cython package,
+    ``<envs>/KEY/x`` inside a build environment (a ``.pxd`` of numpy's, an include
+    directory) by any of *envs_dirs*, so the key is the same in every home and workdir
+    (a token reads back as the first of them); anything else stays absolute.
     """
 
     __slots__ = ("tokens",)
@@ -115,9 +125,10 @@ class PathKeys:
         build_dir: str | None,
         cython_dir: str | None,
         envs_dirs: Sequence[str] = (),
+        job_tmp: str | None = None,
     ) -> None:
-        pairs = [("<build>", build_dir), ("<root>", root), ("<cython>", cython_dir),
-                 *(("<envs>", envs) for envs in envs_dirs)]  # fmt: skip
+        pairs = [("<build>", build_dir), ("<root>", root), ("<tmp>", job_tmp),
+                 ("<cython>", cython_dir), *(("<envs>", envs) for envs in envs_dirs)]  # fmt: skip
         self.tokens = [(token, os.path.normpath(path)) for token, path in pairs if path]
 
     def key(self, path: str, cwd: str) -> str:
@@ -530,9 +541,36 @@ SITE_HOOK = '''\
 """Written by wheelkiln: routes Cython's in-process cythonize() and its shared utility
 module through kiln's Cython cache (wheelkiln.cython_front.install) once
 Cython.Build.Dependencies, Cython.Build.SharedModule or
-Cython.Distutils.old_build_ext is imported, then
-runs the sitecustomize this one shadows, if any."""
+Cython.Distutils.old_build_ext is imported; names Python's temp files in the job's
+own temp directory the same way in every job once tempfile is imported; then runs the
+sitecustomize this one shadows, if any."""
 import sys
+
+
+def _kiln_names(tempfile):
+    import os
+
+    job_tmp = os.environ.get("KILN_JOB_TMP")
+    if not job_tmp or os.environ.get("TMPDIR") != job_tmp:
+        return
+    import random
+
+    characters = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+    def candidates():
+        # The job's temp directory is its own and starts empty. Every call tries the
+        # same names in the same order and takes the first free one, so a temp path
+        # (frozenlist's backend builds a copy of its tree in a TemporaryDirectory) is
+        # the same in every job, whatever other temp files a job made before it.
+        # Past the first hundred taken, random names, as tempfile's own.
+        fixed = random.Random(0)
+        for _ in range(100):
+            yield "".join(fixed.choices(characters, k=8))
+        free = random.Random()
+        while True:
+            yield "".join(free.choices(characters, k=8))
+
+    tempfile._get_candidate_names = candidates
 
 
 class _KilnCythonHook:
@@ -542,6 +580,7 @@ class _KilnCythonHook:
             "Cython.Build.Dependencies",
             "Cython.Build.SharedModule",
             "Cython.Distutils.old_build_ext",
+            "tempfile",
         ):
             return None
         from importlib.machinery import PathFinder
@@ -553,6 +592,9 @@ class _KilnCythonHook:
 
         def exec_module(module):
             run_module(module)
+            if name == "tempfile":
+                _kiln_names(module)
+                return
             if {src!r} not in sys.path:
                 sys.path.append({src!r})
             from wheelkiln.cython_front import install
@@ -564,6 +606,8 @@ class _KilnCythonHook:
 
 
 sys.meta_path.insert(0, _KilnCythonHook)
+if "tempfile" in sys.modules:
+    _kiln_names(sys.modules["tempfile"])
 
 
 def _chain():

@@ -97,6 +97,7 @@ AHEAD_CHILD = "KILN_AHEAD_CHILD"
 here too so the compile path imports nothing more)."""
 _NOT_A_FILE = frozenset({"-", "/dev/null", "NUL", "nul"})
 _TEMP_ROOTS_DEFAULT = ("/tmp", "/var/tmp")
+_JOB_TMP = "KILN_JOB_TMP"  # wheelkiln.cache.cython.ENV_JOB_TMP, not imported per call
 _SYMBOLS_LOGGED = 8
 
 ACTIONS = (
@@ -307,6 +308,13 @@ def decide(
         assert tu is not None and config.shard_count is not None
         if tu.startswith("../"):
             source = os.path.normpath(os.path.join(cwd, parsed.sources[0]))
+            job_tmp = (os.environ if environ is None else environ).get(_JOB_TMP)
+            if job_tmp and _is_under(source, os.path.normpath(job_tmp)):
+                # The job's own temp directory (the build's TMPDIR): a probe of
+                # psutil's, or a backend's copy of the tree (frozenlist's). Its names
+                # are the same in every job (the site hook), so its key is too: every
+                # shard compiles it through the cache, and none stubs a probe.
+                return Decision("passthrough", parsed, tu, output)
             roots = _temp_roots(os.environ if environ is None else environ)
             if any(_is_under(source, root) for root in roots):
                 # A compile in a temp dir outside the tree is a feature probe
