@@ -72,6 +72,26 @@ def test_the_site_hook_names_temp_files_the_same_in_every_job(tmp_path: Path) ->
     assert names("d", ["x-", "y-"], own=False) != names("e", ["x-", "y-"], own=False)
 
 
+def test_multiprocessing_sockets_leave_a_deep_job_temp_directory(tmp_path: Path) -> None:
+    """An AF_UNIX path holds at most 108 bytes: a Manager's listener (and the
+    forkserver's) below a deep job directory could not be bound; it goes to /tmp."""
+    from wheelkiln.builder.toolchain import cython_fronts
+
+    _, site_hook = cython_fronts(tmp_path / "scripts")
+    job_tmp = tmp_path / ("deep" * 30) / "tmp"
+    job_tmp.mkdir(parents=True)
+    code = (
+        "from multiprocessing.connection import Listener\n"
+        "with Listener(family='AF_UNIX') as listener:\n    print(listener.address)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": site_hook, "TMPDIR": str(job_tmp), "KILN_JOB_TMP": str(job_tmp)}
+    env.pop("KILN_OUTER_TMPDIR", None)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("/tmp/pymp-"), done.stdout
+
+
 def test_paths_in_a_build_environment_are_keyed_by_its_key_not_the_workdir() -> None:
     # Cython's own package lies inside the environment too: the longer prefix wins.
     envs = ["/w/.envs", "/home/a/envs"]  # the view, and the environments themselves

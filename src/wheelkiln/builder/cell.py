@@ -255,6 +255,8 @@ def _build_cell(
         # the cache's base directory, and named the same in every job (the site hook).
         job_tmp = job_dir / "tmp"
         job_tmp.mkdir(exist_ok=True)
+        if env.get("TMPDIR"):
+            env["KILN_OUTER_TMPDIR"] = env["TMPDIR"]  # for sockets (the site hook)
         env["TMPDIR"] = str(job_tmp)
     jobs = resolve_jobs(options.jobs, recipe.build.jobs, recipe_env, os.environ, loaded.path)
     env.update(jobs_environment(jobs.jobs))

@@ -573,6 +573,32 @@ def _kiln_names(tempfile):
     tempfile._get_candidate_names = candidates
 
 
+def _kiln_sockets(util):
+    import os
+
+    job_tmp = os.environ.get("KILN_JOB_TMP")
+    if not job_tmp or os.environ.get("TMPDIR") != job_tmp:
+        return
+    make = util.get_temp_dir
+
+    def get_temp_dir():
+        # multiprocessing puts its sockets there (a Manager's listener, the forkserver):
+        # "pymp-XXXXXXXX/listener-XXXXXXXX" below a deep job directory is longer than
+        # an AF_UNIX path may be (108 bytes), so they go where they went without kiln.
+        import tempfile
+
+        if len(tempfile.gettempdir()) <= 64:
+            return make()
+        saved = tempfile.tempdir
+        tempfile.tempdir = os.environ.get("KILN_OUTER_TMPDIR") or "/tmp"
+        try:
+            return make()
+        finally:
+            tempfile.tempdir = saved
+
+    util.get_temp_dir = get_temp_dir
+
+
 class _KilnCythonHook:
     @staticmethod
     def find_spec(name, path=None, target=None):
@@ -581,6 +607,7 @@ class _KilnCythonHook:
             "Cython.Build.SharedModule",
             "Cython.Distutils.old_build_ext",
             "tempfile",
+            "multiprocessing.util",
         ):
             return None
         from importlib.machinery import PathFinder
@@ -595,6 +622,9 @@ class _KilnCythonHook:
             if name == "tempfile":
                 _kiln_names(module)
                 return
+            if name == "multiprocessing.util":
+                _kiln_sockets(module)
+                return
             if {src!r} not in sys.path:
                 sys.path.append({src!r})
             from wheelkiln.cython_front import install
@@ -608,6 +638,8 @@ class _KilnCythonHook:
 sys.meta_path.insert(0, _KilnCythonHook)
 if "tempfile" in sys.modules:
     _kiln_names(sys.modules["tempfile"])
+if "multiprocessing.util" in sys.modules:
+    _kiln_sockets(sys.modules["multiprocessing.util"])
 
 
 def _chain():
