@@ -66,6 +66,13 @@ def test_the_site_hook_names_temp_files_the_same_in_every_job(tmp_path: Path) ->
                               capture_output=True, text=True)  # fmt: skip
         return done.stdout.strip()
 
+    job_tmp = tmp_path / "m" / "tmp"
+    job_tmp.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": site_hook, "TMPDIR": str(job_tmp), "KILN_JOB_TMP": str(job_tmp)}
+    twice = subprocess.run([sys.executable, "-W", "ignore", "-c",
+                            "import tempfile; print(tempfile.mktemp() != tempfile.mktemp())"],
+                           env=env, check=True, capture_output=True, text=True)  # fmt: skip
+    assert twice.stdout.strip() == "True", "mktemp creates nothing: it keeps random names"
     first = names("a", ["x-", "y-"])
     assert names("b", ["y-", "x-", "z-"]).startswith(first.split()[0])  # order: no matter
     assert names("c", ["x-", "y-"]) == first

@@ -570,7 +570,19 @@ def _kiln_names(tempfile):
         while True:
             yield "".join(free.choices(characters, k=8))
 
+    random_names, make_name = tempfile._get_candidate_names, tempfile.mktemp
+
+    def mktemp(*args, **kwargs):
+        # mktemp creates nothing: two calls before either name is used would get the
+        # same first free name. It keeps tempfile's random names.
+        tempfile._get_candidate_names = random_names
+        try:
+            return make_name(*args, **kwargs)
+        finally:
+            tempfile._get_candidate_names = candidates
+
     tempfile._get_candidate_names = candidates
+    tempfile.mktemp = mktemp
 
 
 def _kiln_sockets(util):
