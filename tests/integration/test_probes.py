@@ -88,6 +88,12 @@ with tempfile.NamedTemporaryFile(suffix=".c", delete=False, mode="w") as handle:
     handle.write("#include <limits.h>\\nint probe(void) { return INT_MAX > 0; }\\n")
 subprocess.check_call([os.environ.get("CC", "cc"), "-c", handle.name,
                        "-o", os.path.join(tempfile.mkdtemp(), "probe.o")])
+# ... and one that fails on purpose: its answer is no, and the build goes on.
+with tempfile.NamedTemporaryFile(suffix=".c", delete=False, mode="w") as handle:
+    handle.write("#include <kiln_no_such_header.h>\\n")
+absent = subprocess.call([os.environ.get("CC", "cc"), "-c", handle.name,
+                          "-o", os.path.join(tempfile.mkdtemp(), "absent.o")])
+assert absent != 0
 
 setup(name="probed", version="0.1", ext_modules=[Extension("probed", ["probed.c"])])
 '''

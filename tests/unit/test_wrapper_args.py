@@ -453,17 +453,20 @@ def test_probes_always_run(argv: list[str], cwd: str) -> None:
         (["cc", "-c", "pkg/_m.c", "-o", "build/t/pkg/_m.o"], "/w/job/tmp/.tmp-pkg-pep517-ab12cd34/src"),
     ],
 )
-def test_a_tu_in_the_jobs_temp_directory_is_compiled_by_every_shard(argv: list[str], cwd: str) -> None:
-    # Never stubbed (a stubbed probe would change the build's configuration) and through
-    # the cache: its name is the same in every job, so the link job hits.
+def test_a_tu_in_the_jobs_temp_directory_is_a_probe_every_shard_caches(argv: list[str], cwd: str) -> None:
+    # Never stubbed (a stubbed probe would change the build's configuration), a failure
+    # is an answer, and it goes through the cache: its name is the same in every job, so
+    # the link job hits.
     environ = {"KILN_JOB_TMP": "/w/job/tmp"}
     for index in range(3):
         decision = decide(argv[0], argv[1:], cwd, seat("/w/job/src", index), called_by_nvcc=False,
                           environ=environ)  # fmt: skip
-        assert decision.action == "passthrough" and decision.tu is not None
-    # Outside the job's temp directory it is a probe, run past the cache.
-    assert decide(argv[0], argv[1:], cwd.replace("/w/job/tmp", "/tmp"), seat("/w/job/src"),
-                  called_by_nvcc=False, environ={}).action in {"probe", "stub", "compile"}  # fmt: skip
+        assert (decision.action, decision.cached) == ("probe", True)
+    # In another temp directory: a probe, past the cache.
+    outside = decide(argv[0], argv[1:], cwd.replace("/w/job/tmp", "/tmp"), seat("/w/job/src"),
+                     called_by_nvcc=False, environ=environ)  # fmt: skip
+    if "/w/job/tmp" not in " ".join(argv):
+        assert (outside.action, outside.cached) == ("probe", False)
 
 
 @pytest.mark.parametrize(

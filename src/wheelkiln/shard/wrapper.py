@@ -237,16 +237,24 @@ class SeatConfig:
 class Decision:
     """What the wrapper does with one call (``action`` is one of :data:`ACTIONS`)."""
 
-    __slots__ = ("action", "output", "parsed", "tu")
+    __slots__ = ("action", "cached", "output", "parsed", "tu")
 
     def __init__(
-        self, action: str, parsed: compiler_args.CompilerArgs, tu: str | None, output: str | None
+        self,
+        action: str,
+        parsed: compiler_args.CompilerArgs,
+        tu: str | None,
+        output: str | None,
+        *,
+        cached: bool = False,
     ) -> None:
         self.action = action
         self.parsed = parsed
         self.tu = tu
         self.output = output
         """Absolute path of the call's output, when it has one."""
+        self.cached = cached
+        """A probe run through the cache all the same (one in the job's temp directory)."""
 
     def __repr__(self) -> str:
         return f"Decision({self.action!r}, tu={self.tu!r}, output={self.output!r})"
@@ -311,10 +319,12 @@ def decide(
             job_tmp = (os.environ if environ is None else environ).get(_JOB_TMP)
             if job_tmp and _is_under(source, os.path.normpath(job_tmp)):
                 # The job's own temp directory (the build's TMPDIR): a probe of
-                # psutil's, or a backend's copy of the tree (frozenlist's). Its names
-                # are the same in every job (the site hook), so its key is too: every
-                # shard compiles it through the cache, and none stubs a probe.
-                return Decision("passthrough", parsed, tu, output)
+                # psutil's or pybind11's (has_flag), or a backend's copy of the tree
+                # (frozenlist's). Every shard compiles it, none stubs it (a stubbed probe
+                # would change the build's configuration), and a failure is an answer,
+                # not a broken TU. Its names are the same in every job (the site hook),
+                # so its key is too: it goes through the cache, and the link job hits.
+                return Decision("probe", parsed, tu, output, cached=True)
             roots = _temp_roots(os.environ if environ is None else environ)
             if any(_is_under(source, root) for root in roots):
                 # A compile in a temp dir outside the tree is a feature probe
@@ -899,10 +909,12 @@ def run(compiler: str, args: Sequence[str], config: SeatConfig) -> int:
         exit_code = 0
     elif action == "host-pass":
         exit_code = spawn_and_wait(argv)
-    else:  # compile, passthrough: the real thing, through the cache; a probe past it
+    else:  # compile, passthrough, probe: the real thing
         if action == "compile" and ahead_dir and decision.output:
             held, waited = _before_compile(ahead_dir, decision.output, config)
-        cache = None if action == "probe" else config.cache  # as the link job's fronts do
+        # As the link job's fronts do: a probe past the cache, but one in the job's temp
+        # directory (the fronts cache it too).
+        cache = None if action == "probe" and not decision.cached else config.cache
         command = launch.compile_command(cache, compiler, args)
         exit_code = spawn_and_wait(command, launch.compile_environment(cache, compiler))
         if held is not None:
