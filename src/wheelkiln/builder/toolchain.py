@@ -191,20 +191,17 @@ def probe_bypass_line(target: list[str]) -> str:
     sources (``/tmp/tmpXXXXXXXX.c``), whose random names missed in every build and failed
     a sharded link job's gate. Without :data:`JOB_DIR` no source counts as one.
     """
-    from wheelkiln.compiler_args import PROBE_MARKERS
+    from wheelkiln.compiler_args import PROBE_MARKERS, SOURCE_EXTENSIONS
 
     patterns = "|".join(f"*{marker}*" for marker in PROBE_MARKERS)
-    sources = "|".join(f"*{extension}" for extension in _PROBE_SOURCE_EXTENSIONS)
+    # A source as the seat wrapper's parse knows one.
+    sources = "|".join(f"*{extension}" for extension in sorted(SOURCE_EXTENSIONS))
     return (
         f'case "$PWD $*" in {patterns}) {_exec_line(target)};; esac\n'
         f'case "$*" in */tmp/*|*"${{TMPDIR:-/tmp}}"/*) for kiln_arg; do case $kiln_arg in '
         f'"${JOB_DIR}"/*) ;; /tmp/*|/var/tmp/*|"${{TMPDIR:-/tmp}}"/*) case $kiln_arg in '
         f"{sources}) {_exec_line(target)};; esac;; esac; done;; esac\n"
     )
-
-
-_PROBE_SOURCE_EXTENSIONS = (".c", ".cc", ".cpp", ".cxx", ".c++", ".C", ".cu", ".m", ".mm", ".s", ".S")
-"""Source files whose absolute path in a temp directory makes a compile a probe."""
 
 
 HOST_COMPILERS = (("cc", "CC", "KILN_HOST_CC", "gcc"), ("c++", "CXX", "KILN_HOST_CXX", "g++"))
