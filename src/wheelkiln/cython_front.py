@@ -96,7 +96,7 @@ def owned_elsewhere(output: str, cwd: str, environ: Mapping[str, str]) -> bool:
     if not environ.get("KILN_SHARD_COUNT", "").strip():
         return False
     job_tmp = environ.get(store.ENV_JOB_TMP)
-    if job_tmp and os.path.normpath(os.path.join(cwd, output)).startswith(job_tmp.rstrip("/") + "/"):
+    if job_tmp and store.under(os.path.normpath(os.path.join(cwd, output)), job_tmp):
         return False
     from wheelkiln.shard import partition
     from wheelkiln.shard.wrapper import SeatConfig

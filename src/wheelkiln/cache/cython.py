@@ -101,7 +101,8 @@ def environment(
 # --------------------------------------------------------------------------- paths
 
 
-def _under(path: str, root: str) -> bool:
+def under(path: str, root: str) -> bool:
+    """*path* lies below the directory *root* (both absolute and normalised)."""
     return path.startswith(root.rstrip("/") + "/")
 
 
@@ -136,7 +137,7 @@ class PathKeys:
         for token, base in self.tokens:
             if absolute == base:
                 return token
-            if _under(absolute, base):
+            if under(absolute, base):
                 return f"{token}/{os.path.relpath(absolute, base)}"
         return absolute
 
@@ -547,11 +548,16 @@ sitecustomize this one shadows, if any."""
 import sys
 
 
-def _kiln_names(tempfile):
+def _job_tmp_is_tmpdir():
     import os
 
+    # kiln made the job's temp directory the build's TMPDIR, and the build kept it.
     job_tmp = os.environ.get("KILN_JOB_TMP")
-    if not job_tmp or os.environ.get("TMPDIR") != job_tmp:
+    return bool(job_tmp) and os.environ.get("TMPDIR") == job_tmp
+
+
+def _kiln_names(tempfile):
+    if not _job_tmp_is_tmpdir():
         return
     import random
 
@@ -586,11 +592,10 @@ def _kiln_names(tempfile):
 
 
 def _kiln_sockets(util):
+    if not _job_tmp_is_tmpdir():
+        return
     import os
 
-    job_tmp = os.environ.get("KILN_JOB_TMP")
-    if not job_tmp or os.environ.get("TMPDIR") != job_tmp:
-        return
     make = util.get_temp_dir
 
     def get_temp_dir():

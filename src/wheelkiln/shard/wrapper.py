@@ -316,7 +316,8 @@ def decide(
         assert tu is not None and config.shard_count is not None
         if tu.startswith("../"):
             source = os.path.normpath(os.path.join(cwd, parsed.sources[0]))
-            job_tmp = (os.environ if environ is None else environ).get(_JOB_TMP)
+            environ = os.environ if environ is None else environ
+            job_tmp = environ.get(_JOB_TMP)
             if job_tmp and _is_under(source, os.path.normpath(job_tmp)):
                 # The job's own temp directory (the build's TMPDIR): a probe of
                 # psutil's or pybind11's (has_flag), or a backend's copy of the tree
@@ -325,7 +326,7 @@ def decide(
                 # not a broken TU. Its names are the same in every job (the site hook),
                 # so its key is too: it goes through the cache, and the link job hits.
                 return Decision("probe", parsed, tu, output, cached=True)
-            roots = _temp_roots(os.environ if environ is None else environ)
+            roots = _temp_roots(environ)
             if any(_is_under(source, root) for root in roots):
                 # A compile in a temp dir outside the tree is a feature probe
                 # (pybind11 has_flag, setuptools has_function): its key is random.
