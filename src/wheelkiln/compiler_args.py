@@ -232,17 +232,31 @@ def expand_response_files(args: Sequence[str], cwd: str | None = None) -> list[s
     expanded: list[str] = []
     for arg in args:
         if arg.startswith("@") and len(arg) > 1:
-            path = os.path.join(cwd or os.getcwd(), arg[1:])
-            try:
-                with open(path, encoding="utf-8", errors="surrogateescape") as handle:
-                    text = handle.read()
-            except OSError:
+            text = _read_argument_file(arg[1:], cwd or os.getcwd())
+            if text is None:
                 expanded.append(arg)
                 continue
             expanded.extend(shlex.split(text, posix=os.name != "nt"))
         else:
             expanded.append(arg)
     return expanded
+
+
+def _read_argument_file(path: str, cwd: str | None, max_bytes: int | None = None) -> str | None:
+    """The text of the file of arguments at *path* (relative to *cwd*), or None where it
+    is unreadable, no regular file (a fifo would block: the command line may come from
+    another job's log) or longer than *max_bytes*."""
+    try:
+        fd = os.open(os.path.join(cwd or "", path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = handle.read() if max_bytes is None else handle.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        return None
+    return data.decode("utf-8", "surrogateescape")
 
 
 def parse_compiler_args(compiler: str, args: Sequence[str]) -> CompilerArgs:
@@ -495,16 +509,8 @@ def _respelled_options_file(path: str, cwd: str | None, reads_left: list[int]) -
     if reads_left[0] <= 0:
         return None
     reads_left[0] -= 1
-    try:  # never waits on a fifo
-        fd = os.open(os.path.join(cwd or "", path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = handle.read(_MAX_OPTIONS_FILE_BYTES + 1)
-    text = data.decode("utf-8", "surrogateescape")
-    if len(data) > _MAX_OPTIONS_FILE_BYTES or "'" in text or "\\" in text:
+    text = _read_argument_file(path, cwd, _MAX_OPTIONS_FILE_BYTES)
+    if text is None or "'" in text or "\\" in text:
         return None
     if not any(spelling in text for spelling in NVCC_PATH_SPELLINGS):
         return None
