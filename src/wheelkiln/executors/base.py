@@ -144,6 +144,12 @@ def shard_failure(shard: ShardRun) -> str | None:
     return None
 
 
+def gate_failure(reasons: Sequence[str], build_failed: bool) -> str:
+    """A shard's gate failure in one line, as local and fleet shards both say it: its
+    package's own build broke (exit 4), or the gate refused its work (exit 5)."""
+    return f"{'its build failed' if build_failed else 'failed its gate'}: {'; '.join(reasons)}"
+
+
 def nothing_to_link(cell_id: str, shards: Sequence[ShardRun], handed_over: int) -> KilnError | None:
     """The error that stands in for the link job when no shard handed over its work
     (*handed_over* is how many did): that link job would compile every TU again, at the

@@ -110,6 +110,7 @@ from wheelkiln.executors.base import (
     ShardedJob,
     ShardedRun,
     ShardRun,
+    gate_failure,
     nothing_to_link,
 )
 from wheelkiln.output_paths import check_output_dir
@@ -1258,8 +1259,7 @@ def _shard_problem(result: dict[str, Any], exit_code: int, worker: str | None) -
     ):  # fmt: skip
         log = record.get("log") if isinstance(record, dict) else None
         where = f" (build log on {worker}: {log})" if isinstance(log, str) else ""
-        said = "its build failed" if gate.get("build_failed") is True else "failed its gate"
-        return f"{said}: {'; '.join(reasons)}{where}"
+        return gate_failure(reasons, gate.get("build_failed") is True) + where
     return _untabled(str(result.get("tail", "")))
 
 

@@ -24,6 +24,7 @@ from wheelkiln.executors.base import (
     ShardedJob,
     ShardedRun,
     ShardRun,
+    gate_failure,
     nothing_to_link,
 )
 from wheelkiln.paths import resolve_workdir, sources_dir
@@ -100,11 +101,7 @@ def _shard_run(
     if result is not None and not result.gate.passed:
         failed = result.gate.build_failed
         exit_code = BuildError.exit_code if failed else GateError.exit_code
-        reasons = "; ".join(result.gate.reasons)
-        problem = (
-            f"{'its build failed' if failed else 'failed its gate'}: {reasons} "
-            f"(build log: {result.outcome.log_path})"
-        )
+        problem = f"{gate_failure(result.gate.reasons, failed)} (build log: {result.outcome.log_path})"
     elif isinstance(called.error, KilnError):
         problem = called.error.render()
     elif done.returncode != 0:
